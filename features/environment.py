@@ -1,0 +1,52 @@
+"""Environment fields: where a program is compiled, which decides which model applies."""
+
+from __future__ import annotations
+
+import os
+
+KNOWN_BACKENDS = ("cpu", "gpu")
+# Short names for the GPU targets we can compile for without a GPU.
+KNOWN_TARGETS = {
+    "cpu": ("",),
+    "gpu": ("h100", "a100", "h200"),
+}
+
+
+class UnknownTargetError(ValueError):
+    """The backend or target is not one costmodel knows."""
+
+
+def normalize(backend: str | None, target: str | None) -> tuple[str, str]:
+    """Validate and canonicalize (backend, target); defaults: cpu, and h100 for gpu.
+
+    Example:
+        >>> normalize("GPU", None)
+        ('gpu', 'h100')
+    """
+    backend = (backend or "cpu").lower()
+    if backend == "cuda":
+        backend = "gpu"
+    if backend not in KNOWN_BACKENDS:
+        raise UnknownTargetError(
+            f"unknown backend {backend!r}; known backends: {', '.join(KNOWN_BACKENDS)}")
+    target = (target or "").lower()
+    if backend == "gpu" and not target:
+        target = "h100"
+    if target not in KNOWN_TARGETS[backend]:
+        known = ", ".join(t or "''" for t in KNOWN_TARGETS[backend])
+        raise UnknownTargetError(
+            f"unknown target {target!r} for backend {backend!r}; known targets: {known}")
+    return backend, target
+
+
+def jaxlib_version() -> str:
+    try:
+        import jaxlib
+
+        return str(jaxlib.__version__)
+    except ImportError:  # pragma: no cover - jaxlib is a dependency
+        return ""
+
+
+def host_cpu_count() -> int:
+    return os.cpu_count() or 1

@@ -1,0 +1,69 @@
+"""The one entry point both training and prediction use to turn a program into features."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from . import environment
+from .jaxpr import jaxpr_features
+from .schema import JAXPR_FEATURES, Features
+from .stablehlo import parse_module, stablehlo_features
+
+
+def from_stablehlo(text: str, backend: str | None = "cpu", target: str | None = None) -> Features:
+    """Features of a StableHLO module given as text (what `Lowered.as_text()` prints).
+
+    Jaxpr features are NaN: text carries no jaxpr. Raises `StableHLOParseError` for text
+    the MLIR parser rejects, `UnknownTargetError` for an unknown backend or target.
+
+    Example:
+        >>> feats = from_stablehlo(jax.jit(f).lower(x).as_text())
+    """
+    backend, target = environment.normalize(backend, target)
+    module = parse_module(text)
+    values, info = stablehlo_features(module)
+    values.update(dict.fromkeys(JAXPR_FEATURES, math.nan))
+    return Features(values, backend=backend, target=target,
+                    jaxlib_version=environment.jaxlib_version(),
+                    host_cpu_count=environment.host_cpu_count(), info=info)
+
+
+def lower(f, *args: Any, **kwargs: Any):
+    """Trace and lower `f` (a function, a jitted function) without compiling: (traced, lowered)."""
+    import jax
+
+    jitted = f if hasattr(f, "trace") else jax.jit(f)
+    traced = jitted.trace(*args, **kwargs)
+    return traced, traced.lower()
+
+
+def from_lowered(traced, lowered, backend: str | None = "cpu", target: str | None = None) -> Features:
+    """Features of an already traced and lowered program (no re-tracing)."""
+    features = from_stablehlo(lowered.as_text(), backend=backend, target=target)
+    values = dict(features.values)
+    info = dict(features.info)
+    if traced is not None:
+        jaxpr_values, jaxpr_info = jaxpr_features(traced.jaxpr)
+        values.update(jaxpr_values)
+        info.update(jaxpr_info)
+    return Features(values, backend=features.backend, target=features.target,
+                    jaxlib_version=features.jaxlib_version,
+                    host_cpu_count=features.host_cpu_count, info=info)
+
+
+def extract(f, *args: Any, backend: str | None = None, target: str | None = None,
+            **kwargs: Any) -> Features:
+    """Features of `f(*args, **kwargs)`: traces and lowers with jax.jit, never compiles.
+
+    `args` may be arrays or `jax.ShapeDtypeStruct`; `f` may already be jitted (its static
+    arguments then work as with `jax.jit`). The StableHLO part goes through the module
+    text, exactly as `from_stablehlo` sees it, so both give identical model inputs.
+
+    Example:
+        >>> feats = extract(lambda x: jnp.sin(x) @ x, jax.ShapeDtypeStruct((64, 64), "float32"))
+        >>> feats["op_dot_general"]
+        1.0
+    """
+    traced, lowered = lower(f, *args, **kwargs)
+    return from_lowered(traced, lowered, backend=backend, target=target)

@@ -1,0 +1,153 @@
+"""The feature schema: stable, ordered feature names and the `Features` record.
+
+A model records `SCHEMA_VERSION` and refuses features of another version, so any
+change to the names below, their order or their meaning must bump it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+# Coarse op categories shared by the jaxpr and StableHLO extractors.
+CATEGORIES = (
+    "elementwise",
+    "data_movement",
+    "dot",
+    "conv",
+    "reduce",
+    "gather_scatter",
+    "control_flow",
+    "linalg",
+    "random",
+    "collective",
+    "constant",
+)
+
+# StableHLO ops whose individual counts are model inputs (the rest are counted by category).
+HISTOGRAM_OPS = (
+    "add", "multiply", "subtract", "divide", "maximum", "minimum", "exponential", "log",
+    "tanh", "logistic", "sqrt", "rsqrt", "power", "sine", "cosine", "select", "compare",
+    "convert", "negate", "abs", "and", "or", "broadcast_in_dim", "reshape", "transpose",
+    "slice", "dynamic_slice", "dynamic_update_slice", "concatenate", "pad", "iota",
+    "dot_general", "convolution", "reduce", "reduce_window", "select_and_scatter", "gather",
+    "scatter", "sort", "while", "case", "if", "custom_call", "rng_bit_generator", "fft",
+    "triangular_solve", "cholesky", "constant", "call",
+)
+
+# Numeric features computed from StableHLO alone. These are the model's inputs, so the
+# library (from a jaxpr) and the HTTP API (from text) can never disagree.
+STABLEHLO_FEATURES = (
+    "hlo_ops",                # ops in the module text (all functions, all regions)
+    "hlo_ops_inlined",        # ops after inlining every func.call, as XLA does
+    "hlo_ops_trip_weighted",  # inlined ops, loop bodies multiplied by recovered trip counts
+    "hlo_functions",
+    "hlo_calls",
+    "hlo_max_call_depth",
+    "while_count",
+    "while_max_depth",
+    "while_trip_max",
+    "while_trip_unknown",     # loops whose trip count could not be recovered
+    "while_total_iterations", # sum over loops of the product of trip counts down the nest
+    "case_count",
+    "custom_call_count",
+    "custom_call_linalg",
+    "constant_count",
+    "dense_constant_bytes",   # non-splat constants: what constant folding has to chew on
+    "largest_constant_bytes",
+    "tensor_max_elements",
+    "tensor_sum_elements",
+    "tensor_max_rank",
+    "distinct_shapes",
+    "dot_flops",
+    "conv_flops",
+    "fusion_groups",
+    "fusion_max_size",
+    "fusion_mean_size",
+    "param_count",
+    "input_bytes",
+    "output_bytes",
+    "f64_ops",
+    "complex_ops",
+    "unknown_ops",
+) + tuple(f"cat_{c}" for c in CATEGORIES) + tuple(f"op_{o}" for o in HISTOGRAM_OPS)
+
+# Numeric features from the jaxpr: advice and extra signal, never a model input.
+JAXPR_FEATURES = (
+    "jaxpr_eqns",
+    "jaxpr_eqns_weighted",
+    "jaxpr_max_depth",
+    "jaxpr_scan_count",
+    "jaxpr_scan_max_length",
+    "jaxpr_scan_max_unroll",
+    "jaxpr_while_count",
+    "jaxpr_cond_count",
+    "jaxpr_cond_branches_max",
+    "jaxpr_inner_jit_count",
+    "jaxpr_inner_jit_max_eqns",
+    "jaxpr_remat_count",
+    "jaxpr_custom_jvp_count",
+    "jaxpr_custom_vjp_count",
+    "jaxpr_const_count",
+    "jaxpr_const_bytes",
+    "jaxpr_largest_tensor_elements",
+    "jaxpr_input_bytes",
+    "jaxpr_output_bytes",
+    "jaxpr_f64_vars",
+    "jaxpr_complex_vars",
+    "jaxpr_repeat_block_size",
+    "jaxpr_repeat_count",
+    "jaxpr_unknown_primitives",
+) + tuple(f"jaxpr_cat_{c}" for c in CATEGORIES)
+
+MODEL_FEATURES = STABLEHLO_FEATURES
+ALL_FEATURES = STABLEHLO_FEATURES + JAXPR_FEATURES
+ENVIRONMENT_FIELDS = ("backend", "target", "jaxlib_version", "host_cpu_count")
+
+
+@dataclass(frozen=True)
+class Features:
+    """One program's features: numbers by name, the environment, and free-form details.
+
+    `values` holds every name of `ALL_FEATURES`; jaxpr features are NaN when the
+    features came from StableHLO text alone. `info` carries what is not a number
+    (op histogram, custom-call targets, the source line of a repeated block).
+
+    Example:
+        >>> feats = costmodel.features.extract(f, x)
+        >>> feats["hlo_ops"], feats.backend
+        (412.0, 'cpu')
+    """
+
+    values: Mapping[str, float]
+    backend: str
+    target: str = ""
+    jaxlib_version: str = ""
+    host_cpu_count: int = 0
+    schema_version: int = SCHEMA_VERSION
+    info: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def __getitem__(self, name: str) -> float:
+        return self.values[name]
+
+    def model_inputs(self) -> dict[str, float]:
+        """The model's inputs, in schema order (StableHLO features only)."""
+        return {name: float(self.values[name]) for name in MODEL_FEATURES}
+
+    def to_dict(self) -> dict[str, Any]:
+        """A flat JSON-friendly mapping: schema version, environment, then every feature."""
+        out: dict[str, Any] = {
+            "schema_version": self.schema_version,
+            "backend": self.backend,
+            "target": self.target,
+            "jaxlib_version": self.jaxlib_version,
+            "host_cpu_count": self.host_cpu_count,
+        }
+        for name in ALL_FEATURES:
+            value = float(self.values[name])
+            out[name] = None if math.isnan(value) else value
+        return out

@@ -1,0 +1,498 @@
+"""StableHLO features: walk the MLIR module (never regex over text).
+
+The walk visits every op of every function once, keeps per-function tallies, and then
+combines them along the call graph the way XLA sees the program after inlining
+(`hlo_ops_inlined`) and after running loops (`hlo_ops_trip_weighted`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from .categories import FUSIBLE_HLO, HLO_STRUCTURAL, hlo_category
+from .schema import CATEGORIES, HISTOGRAM_OPS, STABLEHLO_FEATURES
+
+
+class StableHLOParseError(ValueError):
+    """The text is not a StableHLO module the MLIR parser accepts."""
+
+
+_ELEMENT_BYTES = {
+    "f64": 8, "f32": 4, "f16": 2, "bf16": 2, "tf32": 4,
+    "i64": 8, "i32": 4, "i16": 2, "i8": 1, "i4": 1, "i2": 1, "i1": 1,
+    "ui64": 8, "ui32": 4, "ui16": 2, "ui8": 1, "ui4": 1, "ui2": 1,
+    "complex<f32>": 8, "complex<f64>": 16, "index": 8,
+}
+_LINALG_TARGET = re.compile(r"lapack|cusolver|cublas|hipsolver|rocsolver|eig|svd|potrf|getrf|geqrf|trsm|syevd|gesvd|qr|lu", re.I)
+
+
+@lru_cache(maxsize=1)
+def _context():
+    # jax registers stablehlo, chlo, func, sdy and friends on the context it builds.
+    from jax._src.interpreters import mlir
+
+    return mlir.make_ir_context()
+
+
+def parse_module(text: str):
+    """Parse StableHLO module text; raise `StableHLOParseError` with the parser's message."""
+    from jax._src.lib.mlir import ir
+
+    if not isinstance(text, str) or not text.strip():
+        raise StableHLOParseError("empty StableHLO text")
+    ctx = _context()
+    with ctx:
+        try:
+            module = ir.Module.parse(text, context=ctx)
+        except ir.MLIRError as exc:
+            raise StableHLOParseError(_short_message(str(exc))) from None
+        except (ValueError, RuntimeError) as exc:
+            raise StableHLOParseError(_short_message(str(exc))) from None
+    return module
+
+
+def _short_message(message: str) -> str:
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    return " ".join(lines[:4])[:500]
+
+
+def element_bytes(element_type: str) -> int:
+    """Bytes per element of an MLIR element type (`f32` → 4, unknown → 4)."""
+    if element_type.startswith("f8") or element_type.startswith("f4") or element_type.startswith("f6"):
+        return 1
+    return _ELEMENT_BYTES.get(element_type, 4)
+
+
+@dataclass
+class _TensorInfo:
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.shape) if self.shape else 1
+
+    @property
+    def nbytes(self) -> int:
+        return self.elements * element_bytes(self.dtype)
+
+
+def _tensor(mlir_type) -> _TensorInfo | None:
+    from jax._src.lib.mlir import ir
+
+    try:
+        ranked = ir.RankedTensorType(mlir_type)
+    except (ValueError, TypeError):
+        return None
+    shape = tuple(d if d >= 0 else 1 for d in ranked.shape)
+    return _TensorInfo(shape, str(ranked.element_type))
+
+
+@dataclass
+class _FunctionTally:
+    """What one function holds by itself, before combining along calls."""
+
+    ops: int = 0
+    ops_weighted: float = 0.0
+    histogram: Counter = field(default_factory=Counter)
+    categories: Counter = field(default_factory=Counter)
+    unknown: int = 0
+    calls: list = field(default_factory=list)  # (callee, trip multiplier, while depth)
+    while_count: int = 0
+    while_max_depth: int = 0
+    trip_max: int = 0
+    trip_unknown: int = 0
+    total_iterations: float = 0.0
+    case_count: int = 0
+    custom_calls: int = 0
+    custom_linalg: int = 0
+    targets: Counter = field(default_factory=Counter)
+    constants: int = 0
+    dense_constant_bytes: int = 0
+    largest_constant: int = 0
+    tensor_max: int = 0
+    tensor_sum: int = 0
+    max_rank: int = 0
+    shapes: set = field(default_factory=set)
+    dot_flops: float = 0.0
+    conv_flops: float = 0.0
+    fusion_sizes: list = field(default_factory=list)
+    f64_ops: int = 0
+    complex_ops: int = 0
+
+
+def _short_name(full: str) -> str:
+    dialect, _, name = full.partition(".")
+    if dialect == "func" and name == "call":
+        return "call"
+    return name if dialect in ("stablehlo", "mhlo", "chlo") else full
+
+
+def _int_constant(value) -> int | None:
+    """The integer held by a scalar `stablehlo.constant` defining `value`, if any."""
+    from jax._src.lib.mlir import ir
+
+    owner = value.owner
+    if not isinstance(owner, (ir.Operation, ir.OpView)):
+        return None
+    op = owner.operation
+    if op.name not in ("stablehlo.constant", "mhlo.constant"):
+        return None
+    try:
+        attr = ir.DenseIntElementsAttr(op.attributes["value"])
+    except (ValueError, TypeError):
+        return None
+    if not attr.is_splat and len(attr) != 1:
+        return None
+    return int(attr[0])
+
+
+def _trip_count(while_op) -> int | None:
+    """Recover `for i in range(lo, hi, step)` from a while loop, or None.
+
+    JAX lowers scan and fori_loop with a counter carried as one operand, a condition
+    `compare LT, counter, hi` and a body that adds a constant step to the counter.
+    """
+    from jax._src.lib.mlir import ir
+
+    cond_block = while_op.regions[0].blocks[0]
+    body_block = while_op.regions[1].blocks[0]
+    terminator = list(cond_block.operations)[-1].operation
+    if not terminator.operands:
+        return None
+    compare = terminator.operands[0].owner
+    if not isinstance(compare, (ir.Operation, ir.OpView)):
+        return None
+    compare = compare.operation
+    if compare.name != "stablehlo.compare" or len(compare.operands) != 2:
+        return None
+    direction = str(compare.attributes["comparison_direction"])
+    lhs, rhs = compare.operands
+    try:
+        index = ir.BlockArgument(lhs).arg_number
+    except (ValueError, TypeError):
+        return None
+    limit = _int_constant(rhs)
+    start = _int_constant(while_op.operands[index])
+    if limit is None or start is None:
+        return None
+    step = 1
+    body_return = list(body_block.operations)[-1].operation
+    if index < len(body_return.operands):
+        update = body_return.operands[index].owner
+        if isinstance(update, (ir.Operation, ir.OpView)) and update.operation.name == "stablehlo.add":
+            for operand in update.operation.operands:
+                found = _int_constant(operand)
+                if found is not None:
+                    step = found
+    if step == 0:
+        return None
+    if "LT" in direction:
+        span = limit - start
+    elif "LE" in direction:
+        span = limit - start + 1
+    elif "GT" in direction:
+        span, step = start - limit, -step
+    elif "GE" in direction:
+        span, step = start - limit + 1, -step
+    else:
+        return None
+    if step <= 0:
+        return None
+    return max(0, -(-span // step))
+
+
+def _dot_flops(op) -> float:
+    from jax._src.lib.mlir import ir
+
+    lhs = _tensor(op.operands[0].type)
+    out = _tensor(op.results[0].type)
+    if lhs is None or out is None:
+        return 0.0
+    contracting = 1
+    if "dot_dimension_numbers" in op.attributes:
+        text = str(op.attributes["dot_dimension_numbers"])
+        match = re.search(r"lhs_contracting_dimensions = \[([0-9, ]*)\]", text)
+        dims = [int(d) for d in match.group(1).split(",") if d.strip()] if match else []
+        contracting = math.prod(lhs.shape[d] for d in dims if d < len(lhs.shape)) if dims else 1
+    elif lhs.shape:
+        contracting = lhs.shape[-1]
+    del ir
+    return 2.0 * out.elements * contracting
+
+
+def _conv_flops(op) -> float:
+    kernel = _tensor(op.operands[1].type)
+    out = _tensor(op.results[0].type)
+    if kernel is None or out is None or not kernel.shape:
+        return 0.0
+    # dim_numbers prints as [b, 0, 1, f]x[0, 1, i, o]->[...]: find the kernel's `o`.
+    out_features = kernel.shape[-1]
+    if "dimension_numbers" in op.attributes:
+        text = str(op.attributes["dimension_numbers"])
+        match = re.search(r"x\[([^\]]*)\]", text)
+        if match:
+            letters = [s.strip() for s in match.group(1).split(",")]
+            if "o" in letters and letters.index("o") < len(kernel.shape):
+                out_features = kernel.shape[letters.index("o")]
+    return 2.0 * out.elements * kernel.elements / max(out_features, 1)
+
+
+class _Walker:
+    def __init__(self) -> None:
+        self.tallies: dict[str, _FunctionTally] = {}
+
+    def function(self, func_op) -> _FunctionTally:
+        tally = _FunctionTally()
+        for region in func_op.regions:
+            for block in region.blocks:
+                self._block(block, tally, trips=1.0, depth=0)
+        return tally
+
+    def _block(self, block, tally: _FunctionTally, trips: float, depth: int) -> None:
+        from jax._src.lib.mlir import ir
+
+        group_of: dict = {}  # result value -> fusion group id (fusible ops only)
+        parent: list[int] = []
+
+        def find(i: int) -> int:
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        for view in block.operations:
+            op = view.operation
+            full = op.name
+            if full in HLO_STRUCTURAL:
+                continue
+            name = _short_name(full)
+            tally.ops += 1
+            tally.ops_weighted += trips
+            tally.histogram[name] += 1
+            category = hlo_category(name)
+            if category is None:
+                tally.unknown += 1
+            else:
+                tally.categories[category] += 1
+            for result in op.results:
+                info = _tensor(result.type)
+                if info is None:
+                    continue
+                tally.tensor_max = max(tally.tensor_max, info.elements)
+                tally.tensor_sum += info.elements
+                tally.max_rank = max(tally.max_rank, len(info.shape))
+                tally.shapes.add((info.shape, info.dtype))
+                if info.dtype == "f64" or info.dtype == "complex<f64>":
+                    tally.f64_ops += 1
+                if info.dtype.startswith("complex"):
+                    tally.complex_ops += 1
+            if name == "call":
+                callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+                tally.calls.append((callee, trips, depth))
+            elif name == "while":
+                trip = _trip_count(op)
+                tally.while_count += 1
+                tally.while_max_depth = max(tally.while_max_depth, depth + 1)
+                if trip is None:
+                    tally.trip_unknown += 1
+                    inner = trips
+                else:
+                    tally.trip_max = max(tally.trip_max, trip)
+                    inner = trips * trip
+                tally.total_iterations += inner
+                for region in op.regions[1:]:
+                    for inner_block in region.blocks:
+                        self._block(inner_block, tally, inner, depth + 1)
+                for inner_block in op.regions[0].blocks:
+                    self._block(inner_block, tally, inner, depth + 1)
+                continue
+            elif name in ("case", "if"):
+                tally.case_count += 1
+            elif name == "custom_call":
+                target = ir.StringAttr(op.attributes["call_target_name"]).value
+                tally.custom_calls += 1
+                tally.targets[target] += 1
+                if _LINALG_TARGET.search(target):
+                    tally.custom_linalg += 1
+            elif name == "constant":
+                self._constant(op, tally)
+            elif name in ("dot_general", "dot"):
+                tally.dot_flops += trips * _dot_flops(op)
+            elif name == "convolution":
+                tally.conv_flops += trips * _conv_flops(op)
+            if name in FUSIBLE_HLO:
+                index = len(parent)
+                parent.append(index)
+                for operand in op.operands:
+                    other = group_of.get(operand)
+                    if other is not None:
+                        parent[find(other)] = find(index)
+                for result in op.results:
+                    group_of[result] = index
+            for region in op.regions:
+                for inner_block in region.blocks:
+                    self._block(inner_block, tally, trips, depth)
+        if parent:
+            sizes = Counter(find(i) for i in range(len(parent)))
+            tally.fusion_sizes.extend(sizes.values())
+
+    @staticmethod
+    def _constant(op, tally: _FunctionTally) -> None:
+        from jax._src.lib.mlir import ir
+
+        tally.constants += 1
+        info = _tensor(op.results[0].type)
+        if info is None:
+            return
+        try:
+            splat = ir.DenseElementsAttr(op.attributes["value"]).is_splat
+        except (ValueError, TypeError):
+            splat = False
+        if not splat and info.elements > 1:
+            tally.dense_constant_bytes += info.nbytes
+            tally.largest_constant = max(tally.largest_constant, info.nbytes)
+
+
+@dataclass
+class _Combined:
+    ops: float = 0.0
+    weighted: float = 0.0
+    histogram: Counter = field(default_factory=Counter)
+    categories: Counter = field(default_factory=Counter)
+    unknown: float = 0.0
+    while_count: float = 0.0
+    while_depth: int = 0
+    trip_max: int = 0
+    trip_unknown: float = 0.0
+    total_iterations: float = 0.0
+    call_depth: int = 0
+    dot_flops: float = 0.0
+    conv_flops: float = 0.0
+    fusion_sizes: list = field(default_factory=list)
+
+
+def _combine(name: str, tallies: dict[str, _FunctionTally], memo: dict, stack: tuple = ()):
+    """Totals for `name` with every call inlined (cycles are cut, counting the callee once)."""
+    if name in memo:
+        return memo[name]
+    own = tallies.get(name)
+    result = _Combined()
+    if own is None or name in stack:
+        return result
+    result.ops = own.ops
+    result.weighted = own.ops_weighted
+    result.histogram = Counter(own.histogram)
+    result.categories = Counter(own.categories)
+    result.unknown = own.unknown
+    result.while_count = own.while_count
+    result.while_depth = own.while_max_depth
+    result.trip_max = own.trip_max
+    result.trip_unknown = own.trip_unknown
+    result.total_iterations = own.total_iterations
+    result.dot_flops = own.dot_flops
+    result.conv_flops = own.conv_flops
+    result.fusion_sizes = list(own.fusion_sizes)
+    for callee, trips, depth in own.calls:
+        sub = _combine(callee, tallies, memo, stack + (name,))
+        result.ops += sub.ops
+        result.weighted += trips * sub.weighted
+        result.histogram.update(sub.histogram)
+        result.categories.update(sub.categories)
+        result.unknown += sub.unknown
+        result.while_count += sub.while_count
+        result.while_depth = max(result.while_depth, depth + sub.while_depth)
+        result.trip_max = max(result.trip_max, sub.trip_max)
+        result.trip_unknown += sub.trip_unknown
+        result.total_iterations += trips * sub.total_iterations
+        result.call_depth = max(result.call_depth, 1 + sub.call_depth)
+        result.dot_flops += trips * sub.dot_flops
+        result.conv_flops += trips * sub.conv_flops
+        result.fusion_sizes.extend(sub.fusion_sizes)
+    memo[name] = result
+    return result
+
+
+def stablehlo_features(module) -> tuple[dict[str, float], dict]:
+    """Compute every `STABLEHLO_FEATURES` value of a parsed module, plus details for `info`."""
+    from jax._src.lib.mlir import ir
+
+    walker = _Walker()
+    funcs = {}
+    entry = None
+    for view in module.body.operations:
+        op = view.operation
+        if op.name != "func.func":
+            continue
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        funcs[name] = op
+        visibility = (ir.StringAttr(op.attributes["sym_visibility"]).value
+                      if "sym_visibility" in op.attributes else "public")
+        if entry is None and (name == "main" or visibility == "public"):
+            entry = name
+    if not funcs:
+        raise StableHLOParseError("the module holds no func.func")
+    if "main" in funcs:
+        entry = "main"
+    entry = entry or next(iter(funcs))
+    tallies = {name: walker.function(op) for name, op in funcs.items()}
+    combined = _combine(entry, tallies, {})
+
+    raw_ops = sum(t.ops for t in tallies.values())
+    values: dict[str, float] = dict.fromkeys(STABLEHLO_FEATURES, 0.0)
+    values["hlo_ops"] = raw_ops
+    values["hlo_ops_inlined"] = combined.ops
+    values["hlo_ops_trip_weighted"] = combined.weighted
+    values["hlo_functions"] = len(funcs)
+    values["hlo_calls"] = sum(len(t.calls) for t in tallies.values())
+    values["hlo_max_call_depth"] = combined.call_depth
+    values["while_count"] = combined.while_count
+    values["while_max_depth"] = combined.while_depth
+    values["while_trip_max"] = combined.trip_max
+    values["while_trip_unknown"] = combined.trip_unknown
+    values["while_total_iterations"] = combined.total_iterations
+    values["case_count"] = sum(t.case_count for t in tallies.values())
+    values["custom_call_count"] = sum(t.custom_calls for t in tallies.values())
+    values["custom_call_linalg"] = sum(t.custom_linalg for t in tallies.values())
+    values["constant_count"] = sum(t.constants for t in tallies.values())
+    values["dense_constant_bytes"] = sum(t.dense_constant_bytes for t in tallies.values())
+    values["largest_constant_bytes"] = max(t.largest_constant for t in tallies.values())
+    values["tensor_max_elements"] = max(t.tensor_max for t in tallies.values())
+    values["tensor_sum_elements"] = sum(t.tensor_sum for t in tallies.values())
+    values["tensor_max_rank"] = max(t.max_rank for t in tallies.values())
+    values["distinct_shapes"] = len(set().union(*(t.shapes for t in tallies.values())))
+    values["dot_flops"] = combined.dot_flops
+    values["conv_flops"] = combined.conv_flops
+    sizes = combined.fusion_sizes
+    values["fusion_groups"] = len(sizes)
+    values["fusion_max_size"] = max(sizes) if sizes else 0
+    values["fusion_mean_size"] = sum(sizes) / len(sizes) if sizes else 0.0
+    values["f64_ops"] = sum(t.f64_ops for t in tallies.values())
+    values["complex_ops"] = sum(t.complex_ops for t in tallies.values())
+    values["unknown_ops"] = combined.unknown
+    for category in CATEGORIES:
+        values[f"cat_{category}"] = combined.categories.get(category, 0)
+    for op_name in HISTOGRAM_OPS:
+        values[f"op_{op_name}"] = combined.histogram.get(op_name, 0)
+
+    main_type = funcs[entry].attributes["function_type"]
+    fn_type = ir.FunctionType(ir.TypeAttr(main_type).value)
+    inputs = [_tensor(t) for t in fn_type.inputs]
+    outputs = [_tensor(t) for t in fn_type.results]
+    values["param_count"] = len(fn_type.inputs)
+    values["input_bytes"] = sum(t.nbytes for t in inputs if t is not None)
+    values["output_bytes"] = sum(t.nbytes for t in outputs if t is not None)
+
+    targets: Counter = Counter()
+    for tally in tallies.values():
+        targets.update(tally.targets)
+    info = {
+        "op_histogram": dict(sorted(combined.histogram.items())),
+        "custom_call_targets": dict(sorted(targets.items())),
+        "entry_function": entry,
+    }
+    return {k: float(v) for k, v in values.items()}, info

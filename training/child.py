@@ -1,0 +1,67 @@
+"""The measurement process: `python -m costmodel.training.child` reads one JSON spec on
+stdin, measures, and prints one result line prefixed with `RESULT_PREFIX`.
+
+It runs in a fresh interpreter so peak-RSS growth and first-compile costs are real.
+Measurement processes may set global JAX flags; library code never does.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import traceback
+
+RESULT_PREFIX = "COSTMODEL_RESULT "
+
+
+def _configure(spec: dict) -> None:
+    os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
+    if spec.get("backend", "cpu") == "cpu":
+        os.environ["JAX_PLATFORMS"] = "cpu"
+    else:
+        os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def run(spec: dict) -> dict:
+    _configure(spec)
+    import jax
+
+    jax.config.update("jax_enable_compilation_cache", False)
+    for module in spec.get("modules", ()):
+        importlib.import_module(module)  # lets users' own corpus families register
+    from costmodel.training import corpus
+
+    from .harness import measure
+
+    family = corpus.get_family(spec["family"])
+    if family.x64:
+        jax.config.update("jax_enable_x64", True)
+    params = dict(spec.get("params", {}))
+
+    def build():
+        return family.build(**params)
+
+    return measure(build, backend=spec.get("backend", "cpu"), target=spec.get("target", ""),
+                   max_repeats=int(spec.get("max_repeats", 3)))
+
+
+def main() -> int:
+    spec = json.loads(sys.stdin.read())
+    try:
+        result = {"status": "ok", "message": "", **run(spec)}
+    except MemoryError:
+        result = {"status": "oom", "message": "MemoryError in the measurement process"}
+    except Exception as exc:  # every fault becomes a row, never a crashed sweep
+        status = "cache_hit" if type(exc).__name__ == "CacheHitError" else "error"
+        tail = traceback.format_exc().strip().splitlines()[-1]
+        result = {"status": status, "message": f"{type(exc).__name__}: {exc}"[:2000] or tail}
+    sys.stdout.write(RESULT_PREFIX + json.dumps(result) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""Dataset rows: one measured compile each, appended durably, merged by key.
+
+Sweeps append rows to JSON-lines shards (one line per row, flushed and fsynced), so a
+killed sweep loses at most the programs in flight and a torn last line is skipped on
+read. Shipped data is compacted to parquet. Feature columns carry the prefix `f_`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+FEATURE_PREFIX = "f_"
+LABELS = ("compile_seconds", "peak_rss_bytes", "executable_memory_bytes")
+STATUSES = ("ok", "timeout", "oom", "error", "cache_hit")
+
+
+def program_key(family: str, params: dict, backend: str, target: str) -> str:
+    """The identity of a measurement: the same program on the same backend/target."""
+    return f"{family}|{json.dumps(params, sort_keys=True)}|{backend}|{target}"
+
+
+def make_row(family: str, params: dict, backend: str, target: str, result: dict,
+             environment: dict) -> dict:
+    """Flatten a measurement result into a dataset row."""
+    row = {
+        "key": program_key(family, params, backend, target),
+        "row_id": uuid.uuid4().hex,
+        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "family": family,
+        "params": json.dumps(params, sort_keys=True),
+        "backend": backend,
+        "target": target,
+    }
+    features = result.get("features") or {}
+    for name, value in result.items():
+        if name == "features":
+            continue
+        row[name] = json.dumps(value) if isinstance(value, (list, dict)) else value
+    row["backend"], row["target"] = backend, target
+    row.update(environment)
+    for name, value in features.items():
+        if name in ("backend", "target"):
+            continue
+        row[FEATURE_PREFIX + name] = value
+    return row
+
+
+class ShardWriter:
+    """Appends rows to one JSON-lines file; every row is on disk before `append` returns."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
+    def append(self, row: dict) -> None:
+        self._file.write(json.dumps(row, default=_json_default) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _json_default(value):
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """Rows of one shard; a torn or garbled line (a kill mid-write) is skipped."""
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+def shard_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """Every .jsonl and .parquet file named, or found below a named folder."""
+    files: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            files += sorted(p for p in path.rglob("*") if p.suffix in (".jsonl", ".parquet"))
+        elif path.exists():
+            files.append(path)
+        else:
+            raise FileNotFoundError(f"no dataset file or folder at {path}")
+    return files
+
+
+def load(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> pd.DataFrame:
+    """All rows of the named shards and folders, one row per `row_id`."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    frames = []
+    for file in shard_files(paths):
+        if file.suffix == ".parquet":
+            frames.append(pd.read_parquet(file))
+        else:
+            frames.append(pd.DataFrame(read_jsonl(file)))
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return pd.DataFrame(columns=["key", "row_id", "status"])
+    data = pd.concat(frames, ignore_index=True, sort=False)
+    return data.drop_duplicates("row_id", keep="first").reset_index(drop=True)
+
+
+def done_keys(paths: Iterable[str | os.PathLike]) -> set[str]:
+    """Keys already measured (any status) in the given shards: what a resumed sweep skips."""
+    keys: set[str] = set()
+    for file in shard_files(paths):
+        if file.suffix == ".parquet":
+            keys.update(pd.read_parquet(file, columns=["key"])["key"])
+        else:
+            keys.update(row["key"] for row in read_jsonl(file) if "key" in row)
+    return keys
+
+
+def export_parquet(data: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Write rows to one parquet file (the shipped, compact form)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data.to_parquet(path, index=False)
+    return path
+
+
+def feature_columns(data: pd.DataFrame) -> list[str]:
+    return [c for c in data.columns if c.startswith(FEATURE_PREFIX)]
+
+
+def fingerprint(data: pd.DataFrame) -> str:
+    """A short hash of which rows a model was trained on."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for row_id in sorted(map(str, data["row_id"])):
+        digest.update(row_id.encode())
+    return digest.hexdigest()[:16]

@@ -1,0 +1,73 @@
+"""Compiling for an NVIDIA GPU on a machine without one ("deviceless" AOT compilation).
+
+XLA needs a target description (a `GpuTargetConfigProto` in text form). The files are
+looked up in `$COSTMODEL_GPU_TARGETS` or in `shared/gpu_targets/` beside the repository.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+TARGET_FILES = {"h100": "h100_sxm.txtpb", "a100": "a100_sxm_80.txtpb", "h200": "h200.txtpb"}
+
+
+class GpuTargetUnavailable(RuntimeError):
+    """Deviceless GPU compilation cannot run here (no target file or no CUDA plugin)."""
+
+
+def target_file(target: str) -> Path:
+    """Path of the target description for `target` (h100, a100, h200)."""
+    if target not in TARGET_FILES:
+        raise GpuTargetUnavailable(f"unknown GPU target {target!r}; known: {sorted(TARGET_FILES)}")
+    candidates = []
+    if os.environ.get("COSTMODEL_GPU_TARGETS"):
+        candidates.append(Path(os.environ["COSTMODEL_GPU_TARGETS"]))
+    repo = Path(__file__).resolve().parents[1]
+    candidates += [repo.parent / "shared" / "gpu_targets", repo / "shared" / "gpu_targets"]
+    for folder in candidates:
+        path = folder / TARGET_FILES[target]
+        if path.exists():
+            return path
+    raise GpuTargetUnavailable(
+        f"no target description {TARGET_FILES[target]} in {[str(c) for c in candidates]}; "
+        "set COSTMODEL_GPU_TARGETS to the folder holding it")
+
+
+def has_local_gpu() -> bool:
+    import jax
+
+    try:
+        return bool(jax.devices("gpu"))
+    except RuntimeError:
+        return False
+
+
+def gpu_sharding(target: str):
+    """A single-device sharding on the deviceless target (or the local GPU when present).
+
+    Returns (sharding, deviceless).
+    """
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    if has_local_gpu():
+        devices = jax.devices("gpu")[:1]
+        deviceless = False
+    else:
+        from jax.experimental import topologies
+
+        try:
+            topo = topologies.get_topology_desc(
+                "gpu", platform="cuda", target_config=target_file(target).read_text(),
+                topology="1x1x1")
+        except GpuTargetUnavailable:
+            raise
+        except Exception as exc:  # the plugin raises assorted errors when CUDA pieces are missing
+            raise GpuTargetUnavailable(
+                f"deviceless compile for {target} failed to start ({exc}); install "
+                "costmodel[gpu] (jax-cuda12-plugin) and make ptxas available") from exc
+        devices = topo.devices[:1]
+        deviceless = True
+    return NamedSharding(Mesh(np.array(devices), ("d",)), PartitionSpec()), deviceless

@@ -1,0 +1,52 @@
+"""What a measurement was taken on: software versions, CPU, flags, harness version."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+from functools import lru_cache
+from pathlib import Path
+
+# Files whose content defines how a compile is measured; their hash versions the rows.
+_HARNESS_FILES = ("harness.py", "reference.py", "child.py", "runner.py", "gpu_target.py")
+
+
+@lru_cache(maxsize=1)
+def harness_version() -> str:
+    """Short sha256 over the measurement code, so rows from a changed harness are told apart."""
+    digest = hashlib.sha256()
+    here = Path(__file__).parent
+    for name in _HARNESS_FILES:
+        path = here / name
+        if path.exists():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+@lru_cache(maxsize=1)
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment() -> dict[str, str | int]:
+    """The environment fields every dataset row carries."""
+    import jax
+    import jaxlib
+
+    return {
+        "jax_version": jax.__version__,
+        "jaxlib_version": jaxlib.__version__,
+        "python_version": platform.python_version(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count() or 1,
+        "hostname": platform.node(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "harness_version": harness_version(),
+    }
