@@ -1,3 +1,30 @@
-"""costmodel: predict XLA compile time and memory of JAX programs before compiling."""
+"""costmodel: predict XLA compile time and memory of JAX programs before compiling,
+and advise whether to split a jit.
+
+Example:
+    >>> import costmodel
+    >>> costmodel.predict(f, x)
+    Prediction(compile ≈ 12 s (8-19 s), host memory ≈ 1.2 GB, cpu)
+    >>> print(costmodel.advise(f, x, budget_seconds=5))
+"""
+
+from ._advise import Advice as Advice
+from ._advise import Alternative as Alternative
+from ._advise import advise as advise
+from ._advise import advise_features as advise_features
+from ._guard import CompileBudgetExceeded as CompileBudgetExceeded
+from ._guard import CompileBudgetWarning as CompileBudgetWarning
+from ._guard import jit as jit
+from ._predict import Prediction as Prediction
+from ._predict import predict as predict
+from ._predict import predict_features as predict_features
+from ._predict import predict_stablehlo as predict_stablehlo
+from ._record import record as record
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "Advice", "Alternative", "CompileBudgetExceeded", "CompileBudgetWarning", "Prediction",
+    "advise", "advise_features", "jit", "predict", "predict_features", "predict_stablehlo",
+    "record",
+]

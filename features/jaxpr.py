@@ -60,6 +60,14 @@ def _count_eqns(jaxpr) -> int:
     return sum(1 + sum(_count_eqns(j) for j in _sub_jaxprs(e.params)) for e in jaxpr.eqns)
 
 
+def _numpy_dtype(dtype) -> np.dtype | None:
+    """numpy's view of a JAX dtype; None for extended dtypes such as PRNG keys."""
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        return None
+
+
 def _aval_stats(tally: _Tally, var) -> None:
     aval = getattr(var, "aval", None)
     shape = getattr(aval, "shape", None)
@@ -67,9 +75,12 @@ def _aval_stats(tally: _Tally, var) -> None:
     if shape is None or dtype is None:
         return
     tally.largest = max(tally.largest, math.prod(shape) if shape else 1)
-    if np.dtype(dtype) == np.float64 or np.dtype(dtype) == np.complex128:
+    dtype = _numpy_dtype(dtype)
+    if dtype is None:
+        return
+    if dtype in (np.float64, np.complex128):
         tally.f64_vars += 1
-    if np.issubdtype(np.dtype(dtype), np.complexfloating):
+    if np.issubdtype(dtype, np.complexfloating):
         tally.complex_vars += 1
 
 
@@ -189,8 +200,9 @@ def jaxpr_features(closed_jaxpr) -> tuple[dict[str, float], dict]:
         total = 0
         for v in vars_:
             aval = getattr(v, "aval", None)
-            if getattr(aval, "shape", None) is not None:
-                total += math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
+            dtype = _numpy_dtype(getattr(aval, "dtype", None))
+            if getattr(aval, "shape", None) is not None and dtype is not None:
+                total += math.prod(aval.shape) * dtype.itemsize
         return total
 
     values = dict.fromkeys(JAXPR_FEATURES, 0.0)

@@ -7,7 +7,6 @@ Measurement processes may set global JAX flags; library code never does.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import sys
@@ -16,7 +15,8 @@ import traceback
 RESULT_PREFIX = "COSTMODEL_RESULT "
 
 
-def _configure(spec: dict) -> None:
+def configure(spec: dict) -> None:
+    """Environment switches a measurement process needs, set before jax is imported."""
     os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
     if spec.get("backend", "cpu") == "cpu":
         os.environ["JAX_PLATFORMS"] = "cpu"
@@ -26,12 +26,14 @@ def _configure(spec: dict) -> None:
 
 
 def run(spec: dict) -> dict:
-    _configure(spec)
+    configure(spec)
     import jax
 
     jax.config.update("jax_enable_compilation_cache", False)
+    from costmodel._argspec import import_module_or_file
+
     for module in spec.get("modules", ()):
-        importlib.import_module(module)  # lets users' own corpus families register
+        import_module_or_file(module)  # lets users' own corpus families register
     from costmodel.training import corpus
 
     from .harness import measure
@@ -48,8 +50,8 @@ def run(spec: dict) -> dict:
                    max_repeats=int(spec.get("max_repeats", 3)))
 
 
-def main() -> int:
-    spec = json.loads(sys.stdin.read())
+def result_for(spec: dict) -> dict:
+    """Measure `spec`; every fault becomes a result with a status, never an exception."""
     try:
         result = {"status": "ok", "message": "", **run(spec)}
     except MemoryError:
@@ -58,6 +60,11 @@ def main() -> int:
         status = "cache_hit" if type(exc).__name__ == "CacheHitError" else "error"
         tail = traceback.format_exc().strip().splitlines()[-1]
         result = {"status": status, "message": f"{type(exc).__name__}: {exc}"[:2000] or tail}
+    return result
+
+
+def main() -> int:
+    result = result_for(json.loads(sys.stdin.read()))
     sys.stdout.write(RESULT_PREFIX + json.dumps(result) + "\n")
     sys.stdout.flush()
     return 0

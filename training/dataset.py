@@ -126,14 +126,19 @@ def load(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> pd.DataFrame
     return data.drop_duplicates("row_id", keep="first").reset_index(drop=True)
 
 
-def done_keys(paths: Iterable[str | os.PathLike]) -> set[str]:
-    """Keys already measured (any status) in the given shards: what a resumed sweep skips."""
+def done_keys(paths: Iterable[str | os.PathLike], skip_errors: bool = False) -> set[str]:
+    """Keys already measured in the given shards: what a resumed sweep skips.
+
+    With `skip_errors`, keys whose only rows are `error` don't count as done (retry them).
+    """
     keys: set[str] = set()
     for file in shard_files(paths):
         if file.suffix == ".parquet":
-            keys.update(pd.read_parquet(file, columns=["key"])["key"])
+            rows = pd.read_parquet(file, columns=["key", "status"]).to_dict("records")
         else:
-            keys.update(row["key"] for row in read_jsonl(file) if "key" in row)
+            rows = read_jsonl(file)
+        keys.update(row["key"] for row in rows
+                    if "key" in row and not (skip_errors and row.get("status") == "error"))
     return keys
 
 

@@ -43,6 +43,7 @@ class SweepConfig:
     seed: int = 0
     dask_address: str | None = None
     progress: bool = True
+    retry_errors: bool = False
 
 
 @dataclass
@@ -59,15 +60,15 @@ class SweepSummary:
 def plan(config: SweepConfig) -> tuple[list[tuple[str, dict]], int]:
     """Programs still to measure (shuffled so drift spreads over families), and how many
     were skipped as already done."""
-    import importlib
+    from costmodel._argspec import import_module_or_file
 
     for module in config.modules:
-        importlib.import_module(module)
+        import_module_or_file(module)
     from . import corpus
 
     everything = corpus.programs(config.families)
     out = Path(config.out)
-    done = dataset.done_keys([out]) if out.exists() else set()
+    done = dataset.done_keys([out], skip_errors=config.retry_errors) if out.exists() else set()
     todo = [(fam, params) for fam, params in everything
             if dataset.program_key(fam, params, config.backend, config.target) not in done]
     skipped = len(everything) - len(todo)

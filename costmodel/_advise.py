@@ -1,0 +1,193 @@
+"""`advise`: should I split this jit, and how? Every alternative is rewritten, lowered and
+predicted with the model, never guessed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from costmodel.features import Features, from_lowered
+
+from ._lowering import features_of, trace_and_lower
+from ._predict import Prediction, _fmt_bytes, _fmt_seconds, predict_features
+from . import _rewrite
+
+MIN_REPEATS = 3            # fewer repeats rarely pay for a loop
+MIN_SAVING = 0.3           # an alternative must save 30% to be worth the change
+CONSTANT_BYTES = 1 << 20   # captured constants above 1 MB are worth passing as arguments
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One way to compile the program, with its predicted compile time."""
+
+    strategy: str                 # keep | scan | split_inner_jits | constants_as_arguments
+    predicted_compile_seconds: float
+    description: str
+    runtime_note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"strategy": self.strategy,
+                "predicted_compile_seconds": self.predicted_compile_seconds,
+                "description": self.description, "runtime_note": self.runtime_note}
+
+
+@dataclass(frozen=True)
+class Advice:
+    """Whether to split, why, and the alternatives considered (cheapest first).
+
+    Example:
+        >>> a = costmodel.advise(unrolled_loop, x, budget_seconds=5)
+        >>> a.split, a.alternatives[0].strategy
+        (True, 'scan')
+    """
+
+    split: bool
+    reason: str
+    alternatives: tuple[Alternative, ...]
+    prediction: Prediction
+    budget_seconds: float
+
+    def __str__(self) -> str:
+        lines = [self.reason]
+        for alt in self.alternatives:
+            lines.append(f"  {alt.strategy:<24} ≈ {_fmt_seconds(alt.predicted_compile_seconds)}"
+                         f"  {alt.description}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"split": self.split, "reason": self.reason,
+                "budget_seconds": self.budget_seconds,
+                "alternatives": [a.to_dict() for a in self.alternatives],
+                "prediction": self.prediction.to_dict()}
+
+
+def _predict_program(fn, shapes, backend: str, target: str, model) -> float:
+    import jax
+
+    traced, lowered = trace_and_lower(jax.jit(fn), tuple(shapes), {}, backend)
+    features = from_lowered(traced, lowered, backend=backend, target=target)
+    return predict_features(features, model=model).compile_seconds
+
+
+def _scan_alternative(features: Features, traced, model) -> Alternative | None:
+    block = features.info.get("repeated_block", {})
+    repeats, size = block.get("repeats", 0), block.get("size", 0)
+    if repeats < MIN_REPEATS:
+        return None
+    rewritten = _rewrite.as_scan(traced.jaxpr, block["start"], size, repeats)
+    if rewritten is None:
+        return None
+    seconds = _predict_program(*rewritten, features.backend, features.target, model)
+    where = f" starting at {block['source']}" if block.get("source") else ""
+    return Alternative(
+        "scan", seconds,
+        f"Run the {repeats} identical blocks of {size} operations{where} with "
+        f"jax.lax.scan (or lax.fori_loop) over one block instead of unrolling them.",
+        "Runtime is usually within a few percent of the unrolled loop; XLA no longer fuses "
+        "across iterations. lax.scan(..., unroll=k) trades some compile time back for speed.")
+
+
+def _split_alternative(features: Features, traced, model) -> Alternative | None:
+    if features["jaxpr_inner_jit_count"] < 1:
+        return None
+    parts, glue = _rewrite.inner_jit_parts(traced.jaxpr)
+    if not parts:
+        return None
+    seconds = sum(_predict_program(fn, shapes, features.backend, features.target, model)
+                  for fn, shapes, _ in parts + [glue])
+    names = ", ".join(sorted({name for _, _, name in parts}))
+    sources = [j["source"] for j in features.info.get("inner_jits", []) if j.get("source")]
+    where = f" (called at {sources[0]})" if sources else ""
+    return Alternative(
+        "split_inner_jits", seconds,
+        f"Call the inner jitted functions ({names}){where} from outside the outer jit, so "
+        f"each distinct one compiles once on its own ({len(parts)} programs plus the glue).",
+        "Each call becomes a separate dispatch with its results in device memory: no fusion "
+        "across the boundaries, plus ~10-50 µs dispatch overhead per call.")
+
+
+def _constants_alternative(features: Features, traced, model) -> Alternative | None:
+    if features["jaxpr_const_bytes"] < CONSTANT_BYTES:
+        return None
+    fn, shapes = _rewrite.constants_as_arguments(traced.jaxpr)
+    seconds = _predict_program(fn, shapes, features.backend, features.target, model)
+    return Alternative(
+        "constants_as_arguments", seconds,
+        f"Pass the {int(features['jaxpr_const_count'])} captured arrays "
+        f"({_fmt_bytes(features['jaxpr_const_bytes'])}) as arguments instead of closing "
+        "over them, so XLA does not embed and constant-fold them.",
+        "No runtime cost once the arrays live on the device; they stop being baked into "
+        "the executable.")
+
+
+def decide(whole: Prediction, alternatives: list[Alternative], budget_seconds: float) -> Advice:
+    """Pick keep or the cheapest alternative and say why in a sentence or two."""
+    keep = Alternative("keep", whole.compile_seconds, "Keep the program as one jit.",
+                       "Fastest runtime: XLA sees and fuses the whole program.")
+    options = sorted([keep] + alternatives, key=lambda a: a.predicted_compile_seconds)
+    best = options[0]
+    predicted = _fmt_seconds(whole.compile_seconds)
+    budget = _fmt_seconds(budget_seconds)
+    saves = best.predicted_compile_seconds <= (1 - MIN_SAVING) * whole.compile_seconds
+    if whole.compile_seconds <= budget_seconds:
+        split = False
+        reason = (f"Predicted compile ≈ {predicted}, within your budget of {budget}: "
+                  "keep it as one jit.")
+        if best.strategy != "keep" and saves:
+            reason += (f" ({best.strategy} would bring it to "
+                       f"≈ {_fmt_seconds(best.predicted_compile_seconds)} if that matters.)")
+    elif best.strategy != "keep" and saves:
+        split = True
+        reason = (f"Predicted compile ≈ {predicted} exceeds your budget of {budget}. "
+                  f"{best.description} Predicted ≈ "
+                  f"{_fmt_seconds(best.predicted_compile_seconds)}.")
+    else:
+        split = False
+        reason = (f"Predicted compile ≈ {predicted} exceeds your budget of {budget}, but no "
+                  "split found here saves much: keep it as one jit"
+                  + (" (no repeated blocks, inner jits or large constants found)."
+                     if not alternatives else "."))
+    return Advice(split, reason, tuple(options), whole, budget_seconds)
+
+
+def advise_features(features: Features, budget_seconds: float = 10.0, model=None) -> Advice:
+    """Advice from features alone (StableHLO over HTTP): keep, or what the text reveals."""
+    whole = predict_features(features, model=model)
+    alternatives = []
+    if features["dense_constant_bytes"] >= CONSTANT_BYTES:
+        values = dict(features.values)
+        values.update(dense_constant_bytes=0.0, largest_constant_bytes=0.0,
+                      param_count=values["param_count"] + 1,
+                      input_bytes=values["input_bytes"] + features["dense_constant_bytes"])
+        lighter = Features(values, features.backend, features.target,
+                           features.jaxlib_version, features.host_cpu_count)
+        alternatives.append(Alternative(
+            "constants_as_arguments", predict_features(lighter, model=model).compile_seconds,
+            f"The module embeds {_fmt_bytes(features['dense_constant_bytes'])} of dense "
+            "constants: pass them as arguments so XLA does not constant-fold them.",
+            "No runtime cost once the arrays live on the device."))
+    return decide(whole, alternatives, budget_seconds)
+
+
+def advise(f, *args: Any, budget_seconds: float = 10.0, backend: str | None = None,
+           target: str | None = None, model=None, **kwargs: Any) -> Advice:
+    """Should I split this jit? Predicts the whole program and each alternative.
+
+    Alternatives: repeated identical blocks as `lax.scan`, inner jits compiled on their
+    own, captured constants passed as arguments; "keep" when the whole program fits the
+    budget or no alternative saves 30% or more. Never compiles.
+
+    Example:
+        >>> print(costmodel.advise(f, x, budget_seconds=5))
+        Predicted compile ≈ 21 s exceeds your budget of 5 s. Run the 1000 identical ...
+    """
+    features, traced = features_of(f, args, kwargs, backend, target)
+    whole = predict_features(features, model=model)
+    alternatives = []
+    if traced is not None:
+        for make in (_scan_alternative, _split_alternative, _constants_alternative):
+            alt = make(features, traced, model)
+            if alt is not None:
+                alternatives.append(alt)
+    return decide(whole, alternatives, budget_seconds)

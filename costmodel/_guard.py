@@ -1,0 +1,95 @@
+"""`costmodel.jit`: jax.jit that predicts before the first compile of each signature."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Any, Literal
+
+from ._advise import Advice, advise
+
+
+class CompileBudgetWarning(UserWarning):
+    """A jit is predicted to compile longer than its budget."""
+
+
+class CompileBudgetExceeded(RuntimeError):
+    """Raised (before compiling) when a guarded jit is predicted over its budget."""
+
+    def __init__(self, advice: Advice) -> None:
+        super().__init__(str(advice))
+        self.advice = advice
+
+
+def _signature(args: tuple, kwargs: dict, static: set[int], static_names: set[str]):
+    import jax
+
+    def leaf_key(x):
+        shape = getattr(x, "shape", None)
+        dtype = getattr(x, "dtype", None)
+        return (tuple(shape), str(dtype)) if shape is not None else (type(x).__name__, x)
+
+    dyn_args = tuple(a for i, a in enumerate(args) if i not in static)
+    static_args = tuple((i, a) for i, a in enumerate(args) if i in static)
+    dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_names}
+    static_kwargs = tuple(sorted((k, v) for k, v in kwargs.items() if k in static_names))
+    leaves, tree = jax.tree_util.tree_flatten((dyn_args, dyn_kwargs))
+    return (tree, tuple(map(leaf_key, leaves)), static_args, static_kwargs)
+
+
+class GuardedJit:
+    """A jitted function that checks its predicted compile time on each new signature."""
+
+    def __init__(self, fun, budget_seconds: float, on_exceed: str, backend: str | None,
+                 target: str | None, jit_kwargs: dict) -> None:
+        import jax
+
+        if on_exceed not in ("warn", "raise"):
+            raise ValueError(f"on_exceed must be 'warn' or 'raise', not {on_exceed!r}")
+        self._jitted = jax.jit(fun, **jit_kwargs)
+        self._budget = float(budget_seconds)
+        self._on_exceed = on_exceed
+        self._backend, self._target = backend, target
+        nums = jit_kwargs.get("static_argnums", ()) or ()
+        names = jit_kwargs.get("static_argnames", ()) or ()
+        self._static = {nums} if isinstance(nums, int) else set(nums)
+        self._static_names = {names} if isinstance(names, str) else set(names)
+        self._checked: dict = {}
+        functools.update_wrapper(self, fun)
+
+    def check(self, *args: Any, **kwargs: Any) -> Advice:
+        """Predict (and advise on) the compile for these arguments, without compiling."""
+        key = _signature(args, kwargs, self._static, self._static_names)
+        if key not in self._checked:
+            self._checked[key] = advise(self._jitted, *args, budget_seconds=self._budget,
+                                        backend=self._backend, target=self._target, **kwargs)
+        return self._checked[key]
+
+    def __call__(self, *args: Any, **kwargs: Any):
+        key = _signature(args, kwargs, self._static, self._static_names)
+        fresh = key not in self._checked
+        advice = self.check(*args, **kwargs)
+        if fresh and advice.prediction.compile_seconds > self._budget:
+            if self._on_exceed == "raise":
+                raise CompileBudgetExceeded(advice)
+            warnings.warn(str(advice), CompileBudgetWarning, stacklevel=2)
+        return self._jitted(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._jitted, name)  # lower, trace, eval_shape, ...
+
+
+def jit(fun=None, *, budget_seconds: float = 10.0,
+        on_exceed: Literal["warn", "raise"] = "warn", backend: str | None = None,
+        target: str | None = None, **jit_kwargs: Any):
+    """Like `jax.jit`, but predicts the compile time before the first compile of each new
+    signature and warns (with advice) or raises `CompileBudgetExceeded` over budget.
+
+    Example:
+        >>> step = costmodel.jit(train_step, budget_seconds=30, on_exceed="raise")
+        >>> step(params, batch)   # raises before compiling if predicted over 30 s
+    """
+    if fun is None:
+        return functools.partial(jit, budget_seconds=budget_seconds, on_exceed=on_exceed,
+                                 backend=backend, target=target, **jit_kwargs)
+    return GuardedJit(fun, budget_seconds, on_exceed, backend, target, jit_kwargs)

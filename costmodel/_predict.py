@@ -1,0 +1,152 @@
+"""`predict`: how long a compile will take and how much memory it needs, before compiling."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from costmodel.features import MODEL_FEATURES, Features, from_stablehlo, normalize_target
+
+from ._lowering import features_of
+
+
+def _fmt_seconds(s: float) -> str:
+    if s < 1:
+        return f"{s * 1000:.0f} ms"
+    if s < 120:
+        return f"{s:.3g} s"
+    return f"{s / 60:.1f} min"
+
+
+def _fmt_bytes(b: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if b >= size:
+            return f"{b / size:.3g} {unit}"
+    return f"{b:.0f} B"
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A compile-cost prediction. Intervals are 90% intervals (low, high).
+
+    Example:
+        >>> p = costmodel.predict(f, x)
+        >>> p
+        Prediction(compile ≈ 12 s (8-19 s), host memory ≈ 1.2 GB, cpu)
+    """
+
+    compile_seconds: float
+    compile_seconds_interval: tuple[float, float]
+    peak_memory_bytes: float
+    peak_memory_bytes_interval: tuple[float, float]
+    executable_memory_bytes: float
+    executable_memory_bytes_interval: tuple[float, float]
+    backend: str
+    target: str
+    model_version: str
+    calibration_scale: float = 1.0
+    features: Features | None = field(default=None, repr=False, compare=False)
+    _artifact: Any = field(default=None, repr=False, compare=False)
+
+    def __repr__(self) -> str:
+        lo, hi = self.compile_seconds_interval
+        where = self.backend + (f"/{self.target}" if self.target else "")
+        return (f"Prediction(compile ≈ {_fmt_seconds(self.compile_seconds)} "
+                f"({_fmt_seconds(lo)}-{_fmt_seconds(hi)}), host memory ≈ "
+                f"{_fmt_bytes(self.peak_memory_bytes)}, {where})")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly fields, the same ones the HTTP API returns."""
+        return {
+            "compile_seconds": self.compile_seconds,
+            "compile_seconds_interval": list(self.compile_seconds_interval),
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "peak_memory_bytes_interval": list(self.peak_memory_bytes_interval),
+            "executable_memory_bytes": self.executable_memory_bytes,
+            "executable_memory_bytes_interval": list(self.executable_memory_bytes_interval),
+            "backend": self.backend,
+            "target": self.target,
+            "model_version": self.model_version,
+            "calibration_scale": self.calibration_scale,
+        }
+
+    def explain(self, top: int = 5) -> list[tuple[str, float]]:
+        """The features that drive this prediction, most influential first.
+
+        For each non-zero model input, the factor by which the predicted compile time
+        changes when that input is halved (0.6 means halving it saves 40%).
+        """
+        if self.features is None or self._artifact is None:
+            raise ValueError("this prediction carries no features to explain")
+        base = self.features.model_inputs()
+        names = [n for n in MODEL_FEATURES if base[n] != 0]
+        if not names:
+            return []
+        variants = [base] + [{**base, n: base[n] / 2.0} for n in names]
+        points = self._artifact.predict(variants)["compile_seconds"]["point"]
+        ratios = [(n, float(points[i + 1] / points[0])) for i, n in enumerate(names)]
+        ratios.sort(key=lambda item: -abs(math.log(max(item[1], 1e-12))))
+        return ratios[:top]
+
+
+def _calibration_scale() -> float:
+    try:
+        from costmodel.training.calibrate import load_calibration
+    except ImportError:
+        return 1.0
+    return float(load_calibration())
+
+
+def predict_features(features: Features, model=None) -> Prediction:
+    """Predict from already extracted features (what the HTTP API does with StableHLO).
+
+    `model` is a `costmodel.models.Artifact`; by default the shipped model for the
+    features' backend and target. Raises `costmodel.models.ArtifactError` when no
+    usable model exists.
+    """
+    from costmodel.models import load_default
+
+    artifact = model or load_default(features.backend, features.target)
+    out = artifact.predict([features.model_inputs()])
+    scale = _calibration_scale()
+
+    def triple(name: str, factor: float = 1.0) -> tuple[float, tuple[float, float]]:
+        part = out[name]
+        return (float(part["point"][0]) * factor,
+                (float(part["lo"][0]) * factor, float(part["hi"][0]) * factor))
+
+    seconds, seconds_iv = triple("compile_seconds", scale)
+    rss, rss_iv = triple("peak_rss_bytes")
+    exe, exe_iv = triple("executable_memory_bytes")
+    return Prediction(seconds, seconds_iv, rss, rss_iv, exe, exe_iv,
+                      backend=features.backend, target=features.target,
+                      model_version=artifact.version, calibration_scale=scale,
+                      features=features, _artifact=artifact)
+
+
+def predict_stablehlo(text: str, backend: str | None = "cpu", target: str | None = None,
+                      model=None) -> Prediction:
+    """Predict from StableHLO module text. Raises `StableHLOParseError` for bad text."""
+    backend, target = normalize_target(backend, target)
+    return predict_features(from_stablehlo(text, backend=backend, target=target), model=model)
+
+
+def predict(f, *args: Any, backend: str | None = None, target: str | None = None,
+            model=None, **kwargs: Any) -> Prediction:
+    """Predict compile time and memory of `jax.jit(f)(*args, **kwargs)` without compiling.
+
+    Args:
+        f: a function, a jitted function (static arguments work as with jax.jit), or a
+            `jax.stages.Traced` / `jax.stages.Lowered` (then `args` are not needed).
+        *args: arrays or `jax.ShapeDtypeStruct`s, as `jax.jit(f).lower` takes them.
+        backend: "cpu" or "gpu" (default: JAX's default backend here).
+        target: GPU target ("h100", "a100", "h200"); default "h100" for gpu.
+        model: a `costmodel.models.Artifact` to use instead of the shipped default.
+
+    Example:
+        >>> costmodel.predict(lambda x: jnp.sin(x) @ x, jnp.ones((512, 512)))
+        Prediction(compile ≈ 45 ms (30 ms-70 ms), host memory ≈ 2.1 MB, cpu)
+    """
+    features, _ = features_of(f, args, kwargs, backend, target)
+    return predict_features(features, model=model)

@@ -1,0 +1,210 @@
+"""Rewrite a traced program into the alternative a piece of advice proposes, so that the
+alternative can be lowered and predicted by the model instead of guessed.
+
+The rewrites keep shapes and structure, and (for scan and constants) the values too:
+tests check that the rewritten program computes what the original does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_JIT_PRIMITIVES = {"jit", "pjit", "closed_call", "core_call"}
+
+
+def _eval_eqns(eqns, env: dict) -> None:
+    """Evaluate equations into `env` (var -> value) by binding their primitives."""
+    from jax.extend.core import Literal
+
+    def read(v):
+        return v.val if isinstance(v, Literal) else env[v]
+
+    for eqn in eqns:
+        params = eqn.primitive.get_bind_params(eqn.params)
+        with eqn.ctx.manager:
+            outs = eqn.primitive.bind(*map(read, eqn.invars), **params)
+        if not eqn.primitive.multiple_results:
+            outs = [outs]
+        for var, value in zip(eqn.outvars, outs):
+            env[var] = value
+
+
+def _reader(env: dict):
+    from jax.extend.core import Literal
+
+    return lambda v: v.val if isinstance(v, Literal) else env[v]
+
+
+def _block_io(block) -> tuple[list, list]:
+    """Vars a block reads before defining them (in order, unique), and vars it defines."""
+    from jax.extend.core import Literal
+
+    defined: set = set()
+    inputs: list = []
+    seen: set = set()
+    outputs: list = []
+    for eqn in block:
+        for v in eqn.invars:
+            if isinstance(v, Literal) or v in defined or v in seen:
+                continue
+            seen.add(v)
+            inputs.append(v)
+        for v in eqn.outvars:
+            defined.add(v)
+            outputs.append(v)
+    return inputs, outputs
+
+
+@dataclass
+class ScanPlan:
+    """How inputs of each repeated block map onto a scan: carry, per-step xs, or shared."""
+
+    kinds: list[str]          # per block input: "carry" | "xs" | "const"
+    carry_source: list[int]   # for carry inputs: index into the block's outputs feeding it
+
+
+def plan_scan(eqns, start: int, size: int, repeats: int) -> ScanPlan | None:
+    """Classify block inputs; None when the blocks are not a clean chain."""
+    blocks = [eqns[start + k * size: start + (k + 1) * size] for k in range(repeats)]
+    ios = [_block_io(b) for b in blocks]
+    n_inputs = len(ios[0][0])
+    if any(len(inp) != n_inputs for inp, _ in ios):
+        return None
+    kinds, sources = [], []
+    for i in range(n_inputs):
+        if all(ios[k][0][i] is ios[0][0][i] for k in range(repeats)):
+            kinds.append("const")
+            sources.append(-1)
+            continue
+        positions = []
+        for k in range(1, repeats):
+            prev_out = ios[k - 1][1]
+            var = ios[k][0][i]
+            positions.append(next((j for j, o in enumerate(prev_out) if o is var), None))
+        if all(p is not None for p in positions) and len(set(positions)) == 1:
+            kinds.append("carry")
+            sources.append(positions[0])
+        elif all(p is None for p in positions):
+            kinds.append("xs")
+            sources.append(-1)
+        else:
+            return None
+    return ScanPlan(kinds, sources)
+
+
+def as_scan(closed_jaxpr, start: int, size: int, repeats: int):
+    """A function computing `closed_jaxpr` with the repeated blocks run by `lax.scan`.
+
+    Returns (fn, arg_shapes) to lower, or None when the blocks cannot be chained.
+    """
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    jaxpr = closed_jaxpr.jaxpr
+    eqns = jaxpr.eqns
+    plan = plan_scan(eqns, start, size, repeats)
+    if plan is None or "carry" not in plan.kinds:
+        return None
+    blocks = [eqns[start + k * size: start + (k + 1) * size] for k in range(repeats)]
+    ios = [_block_io(b) for b in blocks]
+    end = start + size * repeats
+    first_inputs, first_outputs = ios[0]
+    last_outputs = ios[-1][1]
+
+    def fn(*args):
+        env = dict(zip(jaxpr.constvars, closed_jaxpr.consts))
+        env.update(zip(jaxpr.invars, args))
+        _eval_eqns(eqns[:start], env)
+        read = _reader(env)
+        idx = {kind: [i for i, k in enumerate(plan.kinds) if k == kind]
+               for kind in ("carry", "xs", "const")}
+        carry0 = [read(ios[0][0][i]) for i in idx["carry"]]
+        xs = [jnp.stack([read(ios[k][0][i]) for k in range(repeats)]) for i in idx["xs"]]
+        consts = [read(ios[0][0][i]) for i in idx["const"]]
+
+        def body(carry, x):
+            local = {}
+            for i, value in zip(idx["carry"], carry):
+                local[first_inputs[i]] = value
+            for i, value in zip(idx["xs"], x):
+                local[first_inputs[i]] = value
+            for i, value in zip(idx["const"], consts):
+                local[first_inputs[i]] = value
+            _eval_eqns(blocks[0], local)
+            new_carry = [local[first_outputs[plan.carry_source[i]]] for i in idx["carry"]]
+            return new_carry, [local[o] for o in first_outputs]
+
+        final, ys = lax.scan(body, carry0, xs, length=repeats)
+        for i, value in zip(idx["carry"], final):
+            env[last_outputs[plan.carry_source[i]]] = value
+        for j, out in enumerate(last_outputs):
+            if out not in env:
+                env[out] = ys[j][-1]
+        # outputs of earlier blocks used after the loop come from the stacked ys
+        for k in range(repeats - 1):
+            for j, out in enumerate(ios[k][1]):
+                env.setdefault(out, ys[j][k])
+        _eval_eqns(eqns[end:], env)
+        return [_reader(env)(v) for v in jaxpr.outvars]
+
+    shapes = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in jaxpr.invars]
+    return fn, shapes
+
+
+def constants_as_arguments(closed_jaxpr):
+    """A function taking the captured constants as leading arguments: (fn, arg_shapes)."""
+    import jax
+
+    jaxpr = closed_jaxpr.jaxpr
+    n = len(jaxpr.constvars)
+
+    def fn(*args):
+        env = dict(zip(jaxpr.constvars, args[:n]))
+        env.update(zip(jaxpr.invars, args[n:]))
+        _eval_eqns(jaxpr.eqns, env)
+        return [_reader(env)(v) for v in jaxpr.outvars]
+
+    shapes = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype)
+              for v in list(jaxpr.constvars) + list(jaxpr.invars)]
+    return fn, shapes
+
+
+def inner_jit_parts(closed_jaxpr):
+    """The programs compiled when each inner jit is jitted on its own: the distinct inner
+    jits (identical ones compile once) and the glue around them, as (fn, arg_shapes, name).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    jaxpr = closed_jaxpr.jaxpr
+    parts, seen = [], set()
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name not in _JIT_PRIMITIVES:
+            continue
+        inner = eqn.params["jaxpr"]
+        key = (str(inner), tuple((v.aval.shape, str(v.aval.dtype)) for v in eqn.invars))
+        if key in seen:
+            continue
+        seen.add(key)
+        shapes = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in eqn.invars]
+        parts.append((jax.extend.core.jaxpr_as_fun(inner), shapes,
+                      str(eqn.params.get("name", "inner"))))
+
+    def glue(*args):
+        env = dict(zip(jaxpr.constvars, closed_jaxpr.consts))
+        env.update(zip(jaxpr.invars, args))
+        rest = []
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name in _JIT_PRIMITIVES:
+                _eval_eqns(rest, env)
+                rest = []
+                for var in eqn.outvars:  # the separately compiled part's result arrives here
+                    env[var] = jnp.zeros(var.aval.shape, var.aval.dtype)
+            else:
+                rest.append(eqn)
+        _eval_eqns(rest, env)
+        return [_reader(env)(v) for v in jaxpr.outvars]
+
+    shapes = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in jaxpr.invars]
+    return parts, (glue, shapes, "glue")

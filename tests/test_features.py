@@ -1,0 +1,202 @@
+"""Feature extraction: closed-form counts on tiny programs."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from costmodel import features as F
+
+X = jax.ShapeDtypeStruct((8, 8), jnp.float32)
+
+
+def unrolled(steps):
+    def f(x):
+        for _ in range(steps):
+            x = jnp.sin(x) * 2.0 + x
+        return x
+    return f
+
+
+def test_unrolled_loop_counts_and_repeated_block():
+    feats = F.extract(unrolled(10), X)
+    # each step: sin, mul, add in the jaxpr; + constant and broadcast_in_dim in StableHLO
+    assert feats["jaxpr_eqns"] == 30
+    assert feats["jaxpr_repeat_block_size"] == 3
+    assert feats["jaxpr_repeat_count"] == 10
+    assert feats["hlo_ops"] == 50
+    assert feats["op_sine"] == 10
+    assert feats["cat_elementwise"] == 30
+    assert feats["while_count"] == 0
+    assert feats.info["repeated_block"]["source"].startswith(__file__.rsplit("/", 1)[-1]) or \
+        "test_features.py" in feats.info["repeated_block"]["source"]
+
+
+def test_scan_weights_body_by_trip_count():
+    def f(x):
+        def body(c, _):
+            return jnp.cos(jnp.sin(c) * 3.0), None
+        return lax.scan(body, x, None, length=7)[0]
+    feats = F.extract(f, X)
+    # scan of length 7 over a 3-equation body
+    assert feats["jaxpr_eqns"] == 4
+    assert feats["jaxpr_eqns_weighted"] == 21
+    assert feats["jaxpr_scan_max_length"] == 7
+    assert feats["while_count"] == 1
+    assert feats["while_trip_max"] == 7
+    assert feats["while_trip_unknown"] == 0
+    assert feats["while_total_iterations"] == 7
+
+
+def test_nested_scans_depth_and_total_iterations():
+    def f(x):
+        def inner(c, _):
+            return jnp.sin(c), None
+        def outer(c, _):
+            return lax.scan(inner, c, None, length=5)[0], None
+        return lax.scan(outer, x, None, length=3)[0]
+    feats = F.extract(f, X)
+    assert feats["jaxpr_max_depth"] == 2
+    assert feats["jaxpr_eqns_weighted"] == 15
+    assert feats["while_max_depth"] == 2
+    assert feats["while_trip_max"] == 5
+    assert feats["while_total_iterations"] == 3 + 3 * 5
+
+
+def test_while_loop_with_data_dependent_trip_is_unknown():
+    def f(x):
+        return lax.while_loop(lambda c: jnp.sum(c) < 100.0, lambda c: c * 2.0, x)
+    feats = F.extract(f, X)
+    assert feats["jaxpr_while_count"] == 1
+    assert feats["while_count"] == 1
+    assert feats["while_trip_unknown"] == 1
+
+
+def test_dot_flops_closed_form():
+    a = jax.ShapeDtypeStruct((10, 30), jnp.float32)
+    b = jax.ShapeDtypeStruct((30, 5), jnp.float32)
+    feats = F.extract(lambda x, y: x @ y, a, b)
+    assert feats["dot_flops"] == 2 * 10 * 30 * 5
+    assert feats["op_dot_general"] == 1
+    assert feats["input_bytes"] == (10 * 30 + 30 * 5) * 4
+    assert feats["output_bytes"] == 10 * 5 * 4
+    assert feats["param_count"] == 2
+
+
+def test_conv_flops_closed_form():
+    img = jax.ShapeDtypeStruct((1, 3, 8, 8), jnp.float32)   # NCHW
+    ker = jax.ShapeDtypeStruct((4, 3, 3, 3), jnp.float32)   # OIHW
+    feats = F.extract(lambda x, k: lax.conv(x, k, (1, 1), "SAME"), img, ker)
+    # output 1x4x8x8, each output element a 3x3x3 dot product
+    assert feats["conv_flops"] == 2 * (1 * 4 * 8 * 8) * (3 * 3 * 3)
+
+
+def test_captured_constants_bytes():
+    table = np.arange(1000, dtype=np.float32)
+    feats = F.extract(lambda x: x + table, jax.ShapeDtypeStruct((1000,), jnp.float32))
+    assert feats["dense_constant_bytes"] == 4000
+    assert feats["largest_constant_bytes"] == 4000
+    assert feats["jaxpr_const_bytes"] == 4000
+
+
+def test_inner_jit_and_inlining():
+    inner = jax.jit(lambda a: jnp.tanh(a) * 2.0)
+    def f(x):
+        return inner(inner(x))
+    feats = F.extract(f, X)
+    assert feats["jaxpr_inner_jit_count"] == 2
+    assert feats["hlo_calls"] == 2
+    # one private function, called twice: the inlined count holds its body twice
+    body = feats["hlo_ops_inlined"] - (feats["hlo_ops"] - feats["hlo_calls"])
+    assert feats["hlo_ops_inlined"] > feats["hlo_ops"]
+    assert body >= 0
+
+
+def test_remat_custom_jvp_and_dtypes():
+    @jax.custom_jvp
+    def g(x):
+        return jnp.sin(x)
+    g.defjvp(lambda p, t: (g(p[0]), jnp.cos(p[0]) * t[0]))
+    def f(x):
+        return jax.checkpoint(lambda y: g(y) * 2.0)(x).sum()
+    feats = F.extract(f, X)
+    assert feats["jaxpr_remat_count"] == 1
+    assert feats["jaxpr_custom_jvp_count"] == 1
+    c = jax.ShapeDtypeStruct((4,), jnp.complex64)
+    assert F.extract(lambda z: z * z, c)["complex_ops"] == 1
+
+
+def test_extract_and_from_stablehlo_give_identical_model_inputs():
+    def f(x, w):
+        def body(c, _):
+            return jnp.tanh(c @ w), None
+        return lax.scan(body, x, None, length=4)[0].sum()
+    w = jax.ShapeDtypeStruct((8, 8), jnp.float32)
+    via_jax = F.extract(jax.grad(f), X, w)
+    text = jax.jit(jax.grad(f)).lower(X, w).as_text()
+    via_text = F.from_stablehlo(text)
+    assert via_jax.model_inputs() == via_text.model_inputs()
+    assert list(via_jax.model_inputs()) == list(F.MODEL_FEATURES)
+    assert all(math.isnan(via_text[name]) for name in F.JAXPR_FEATURES)
+
+
+def test_accepts_jitted_function_with_static_args_and_concrete_arrays():
+    f = jax.jit(lambda x, n: x * n, static_argnums=1)
+    feats = F.extract(f, jnp.ones((3,)), 4)
+    assert feats["op_multiply"] == 1
+
+
+@pytest.mark.parametrize("bad", [
+    "", "module {", "not mlir at all", "func.func @main() { %0 = stablehlo.add }",
+    "module { func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> { return %b : tensor<2xf32> } }",
+])
+def test_malformed_stablehlo_raises_named_error(bad):
+    with pytest.raises(F.StableHLOParseError):
+        F.from_stablehlo(bad)
+
+
+def test_unknown_backend_and_target_are_rejected_with_known_ones_listed():
+    text = jax.jit(jnp.sin).lower(X).as_text()
+    with pytest.raises(F.UnknownTargetError, match="cpu, gpu"):
+        F.from_stablehlo(text, backend="tpu")
+    with pytest.raises(F.UnknownTargetError, match="h100"):
+        F.from_stablehlo(text, backend="gpu", target="v100")
+    assert F.from_stablehlo(text, backend="gpu").target == "h100"
+
+
+def test_features_to_dict_is_versioned_and_complete():
+    d = F.extract(jnp.sin, X).to_dict()
+    assert d["schema_version"] == F.SCHEMA_VERSION
+    assert set(F.ALL_FEATURES) <= set(d)
+    assert d["backend"] == "cpu"
+
+
+def test_unknown_ops_are_counted_not_dropped():
+    text = """module {
+      func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
+        %0 = stablehlo.cbrt %a : tensor<4xf32>
+        %1 = "mystery.op"(%0) : (tensor<4xf32>) -> tensor<4xf32>
+        return %1 : tensor<4xf32>
+      }
+    }"""
+    from costmodel.features.stablehlo import _context
+    _context().allow_unregistered_dialects = True
+    try:
+        feats = F.from_stablehlo(text)
+    finally:
+        _context().allow_unregistered_dialects = False
+    assert feats["unknown_ops"] == 1
+    assert feats["hlo_ops"] == 2
+
+
+def test_prng_key_dtypes_do_not_break_extraction():
+    def f(seed):
+        key = jax.random.key(seed)
+        for _ in range(3):
+            key, _ = jax.random.split(key)
+        return jax.random.key_data(key)
+    feats = F.extract(f, jax.ShapeDtypeStruct((), jnp.uint32))
+    assert feats["jaxpr_cat_random"] >= 3

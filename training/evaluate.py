@@ -1,0 +1,298 @@
+"""Evaluation: how well the model predicts programs it has not seen, next to simple baselines.
+
+Two splits, every model fitted on the same folds:
+- `leave_family_out`: each program family in turn is held out of training entirely.
+- `extrapolation`: train on rows compiling in under 3 s, test on rows of 10 s and more
+  (the same rows for the memory targets): are compiles bigger than the sweep's safe?
+
+Run `python -m costmodel.training.evaluate sweeps/cpu --backend cpu --json report.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import metrics
+from .fit import (
+    LOG_OFFSETS,
+    TARGETS,
+    CompileCostModel,
+    features_frame,
+    from_log,
+    labels,
+    select_rows,
+    to_log,
+)
+
+SPLITS = ("leave_family_out", "extrapolation")
+MODELS = ("costmodel", "power_law", "linear")
+EXTRAPOLATION_TRAIN_BELOW = 3.0
+EXTRAPOLATION_TEST_FROM = 10.0
+
+
+class PowerLaw:
+    """Baseline: log target linear in log(1 + hlo_ops_inlined), by least squares."""
+
+    def fit(self, X: pd.DataFrame, z: np.ndarray) -> PowerLaw:
+        self.coef_ = np.linalg.lstsq(self._design(X), z, rcond=None)[0]
+        return self
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        return self._design(X) @ self.coef_
+
+    @staticmethod
+    def _design(X: pd.DataFrame) -> np.ndarray:
+        ops = np.nan_to_num(X["hlo_ops_inlined"].to_numpy(float))
+        return np.column_stack([np.ones(len(X)), np.log1p(np.maximum(ops, 0))])
+
+
+class LinearLog:
+    """Baseline: ridge regression of the log target on log1p of every model feature."""
+
+    def fit(self, X: pd.DataFrame, z: np.ndarray) -> LinearLog:
+        from sklearn.linear_model import Ridge
+        from sklearn.pipeline import make_pipeline
+        from sklearn.preprocessing import StandardScaler
+
+        self.model_ = make_pipeline(StandardScaler(), Ridge(alpha=1.0)).fit(self._inputs(X), z)
+        return self
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        return self.model_.predict(self._inputs(X))
+
+    @staticmethod
+    def _inputs(X: pd.DataFrame) -> np.ndarray:
+        return np.log1p(np.nan_to_num(np.maximum(X.to_numpy(float), 0)))
+
+
+BASELINES: dict[str, Callable[[], PowerLaw | LinearLog]] = {"power_law": PowerLaw,
+                                                            "linear": LinearLog}
+
+
+@dataclass
+class Evaluation:
+    """The report (`evaluate`'s dict) and the held-out predictions it was computed from."""
+
+    report: dict
+    predictions: pd.DataFrame  # split, family, row, target, model, actual, point, lo, hi
+
+
+def backend_label(backend: str, target: str = "") -> str:
+    return backend + (f"-{target}" if target else "")
+
+
+def folds(rows: pd.DataFrame, split: str) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """(name, train positions, test positions) of each fold of `split`."""
+    if split == "leave_family_out":
+        family = rows["family"].to_numpy()
+        return [(f, np.flatnonzero(family != f), np.flatnonzero(family == f))
+                for f in sorted(set(family))]
+    if split == "extrapolation":
+        seconds = pd.to_numeric(rows["compile_seconds"], errors="coerce").to_numpy(float)
+        return [("extrapolation", np.flatnonzero(seconds < EXTRAPOLATION_TRAIN_BELOW),
+                 np.flatnonzero(seconds >= EXTRAPOLATION_TEST_FROM))]
+    raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+
+
+def _fold_predictions(rows: pd.DataFrame, train: np.ndarray, test: np.ndarray,
+                      models: Sequence[str], params: dict) -> list[dict]:
+    X, y = features_frame(rows), labels(rows)
+    out: list[dict] = []
+    if len(train) < 2 or len(test) == 0:
+        return out
+    fitted: dict[str, dict] = {}
+    if "costmodel" in models:
+        reference = rows["ref_seconds"].to_numpy(float) if "ref_seconds" in rows else None
+        model = CompileCostModel(**params).fit(
+            X.iloc[train], {t: v[train] for t, v in y.items()},
+            groups=rows["family"].to_numpy()[train],
+            reference=None if reference is None else reference[train])
+        fitted["costmodel"] = model.predict(X.iloc[test])
+    for name in models:
+        if name not in BASELINES:
+            continue
+        fitted[name] = {}
+        for target, values in y.items():
+            keep = np.isfinite(values[train]) & (values[train] >= 0)
+            base = BASELINES[name]().fit(X.iloc[train[keep]], to_log(target, values[train[keep]]))
+            fitted[name][target] = {"point": from_log(target, base.predict(X.iloc[test]))}
+    for name, by_target in fitted.items():
+        for target, pred in by_target.items():
+            actual = y[target][test]
+            keep = np.isfinite(actual) & (actual >= 0)
+            frame = {"row": test[keep], "family": rows["family"].to_numpy()[test[keep]],
+                     "target": target, "model": name, "actual": actual[keep],
+                     "point": pred["point"][keep],
+                     "lo": pred["lo"][keep] if "lo" in pred else np.nan,
+                     "hi": pred["hi"][keep] if "hi" in pred else np.nan}
+            out.append(frame)
+    return out
+
+
+def predictions(rows: pd.DataFrame, split: str, models: Sequence[str] = MODELS,
+                params: dict | None = None) -> pd.DataFrame:
+    """Held-out predictions of every model on every fold of `split`, one row per program."""
+    frames = []
+    for _, train, test in folds(rows, split):
+        frames += [pd.DataFrame(f) for f in _fold_predictions(rows, train, test, models,
+                                                               params or {})]
+    columns = ["row", "family", "target", "model", "actual", "point", "lo", "hi"]
+    result = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+    result.insert(0, "split", split)
+    return result
+
+
+def score(pred: pd.DataFrame) -> dict:
+    """Metrics of one model's held-out predictions of one target (ratios on value + offset)."""
+    if len(pred) == 0:
+        return metrics.summarize([], [])
+    offset = LOG_OFFSETS[pred["target"].iloc[0]]
+    has_interval = pred["lo"].notna().all()
+    return metrics.summarize(pred["point"] + offset, pred["actual"] + offset,
+                             pred["lo"] + offset if has_interval else None,
+                             pred["hi"] + offset if has_interval else None)
+
+
+def run_evaluation(data: pd.DataFrame, backend: str, target: str = "", *,
+                   splits: Sequence[str] = SPLITS, models: Sequence[str] = MODELS,
+                   params: dict | None = None) -> Evaluation:
+    """Evaluate every model on every split for one backend/target (see `evaluate`)."""
+    rows = select_rows(data, backend, target)
+    label = backend_label(backend, target)
+    frames = [predictions(rows, split, models, params) for split in splits]
+    preds = pd.concat(frames, ignore_index=True)
+    report: dict = {}
+    for split in splits:
+        report[split] = {label: {}}
+        for name in TARGETS:
+            chosen = preds[(preds["split"] == split) & (preds["target"] == name)]
+            report[split][label][name] = {m: score(chosen[chosen["model"] == m]) for m in models}
+    repeats = rows["compile_seconds_all"] if "compile_seconds_all" in rows else []
+    report["noise_floor"] = {label: {"compile_seconds": metrics.noise_floor(repeats)}}
+    extrapolation = folds(rows, "extrapolation")[0]
+    report["data"] = {label: {"rows": int(len(rows)), "families": int(rows["family"].nunique()),
+                              "extrapolation_train": int(len(extrapolation[1])),
+                              "extrapolation_test": int(len(extrapolation[2]))}}
+    return Evaluation(report=report, predictions=preds)
+
+
+def evaluate(data: pd.DataFrame, backend: str, target: str = "", **options) -> dict:
+    """The evaluation report of one backend/target.
+
+    Returns:
+        `{split: {backend_label: {target: {model: {"median_fold", "p90_fold", "within_2x",
+        "spearman", "coverage", "n"}}}}}` for splits `leave_family_out` and
+        `extrapolation`, plus `noise_floor` and `data` entries. Coverage is None for
+        baselines, which have no intervals.
+
+    Example:
+        >>> evaluate(dataset.load("sweeps/cpu"), "cpu")["leave_family_out"]["cpu"]
+    """
+    return run_evaluation(data, backend, target, **options).report
+
+
+def holdout_score(artifact_or_estimator, data: pd.DataFrame) -> float:
+    """Median |log error| of compile seconds on the ok rows of `data` (lower is better).
+
+    Accepts an `Artifact` or a fitted estimator.
+    """
+    estimator = getattr(artifact_or_estimator, "estimator", artifact_or_estimator)
+    rows = data[data["status"] == "ok"] if "status" in data else data
+    actual = pd.to_numeric(rows["compile_seconds"], errors="coerce").to_numpy(float)
+    keep = np.isfinite(actual) & (actual > 0)
+    if not keep.any():
+        raise ValueError("no ok rows with a positive compile_seconds to score on")
+    rows = rows[keep]
+    pred = estimator.predict(features_frame(rows))["compile_seconds"]["point"]
+    return metrics.median_abs_log_error(np.maximum(pred, 1e-9), actual[keep])
+
+
+def markdown_table(report: dict) -> str:
+    """The report as a markdown table: one line per split, backend, target and model."""
+    lines = ["| split | backend | target | model | median fold | p90 fold | within 2x "
+             "| Spearman | 90% coverage | n |", "|" + " --- |" * 10]
+
+    def fmt(value) -> str:
+        return "-" if value is None or (isinstance(value, float) and np.isnan(value)) \
+            else f"{value:.3g}" if isinstance(value, float) else str(value)
+
+    for split in SPLITS:
+        for label, by_target in report.get(split, {}).items():
+            for name, by_model in by_target.items():
+                for model, m in by_model.items():
+                    cells = [split, label, name, model] + [fmt(m.get(k)) for k in (
+                        *metrics.METRIC_NAMES, "n")]
+                    lines.append("| " + " | ".join(cells) + " |")
+    for label, floor in report.get("noise_floor", {}).items():
+        m = floor["compile_seconds"]
+        lines.append(f"| noise floor | {label} | compile_seconds | repeats vs their median | "
+                     f"{fmt(m['median_fold'])} | {fmt(m['p90_fold'])} | | | | {m['n']} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_card(path: Path, manifest: dict, report: dict, rows: pd.DataFrame,
+               figures: Sequence[Path]) -> Path:
+    """Write the model card: what it was trained on, how well it does, and the plots."""
+    seconds = pd.to_numeric(rows["compile_seconds"], errors="coerce")
+    families = rows["family"].value_counts().sort_index()
+    text = [f"# {manifest['name']} ({manifest['version']})", "",
+            f"Predicts compile seconds, peak host-RSS growth and executable bytes of JAX "
+            f"programs for backend `{manifest['backend']}` target `{manifest['target'] or '-'}`"
+            f", from StableHLO features (schema {manifest['schema_version']}).", "",
+            "## Data", "",
+            f"- {len(rows)} measured compiles (status ok), {len(families)} families, "
+            f"fingerprint `{manifest['training_data']['fingerprint']}`",
+            f"- compile seconds {seconds.min():.3g} to {seconds.max():.3g} "
+            f"(median {seconds.median():.3g})",
+            f"- jax {', '.join(manifest['jax_versions'])}; CPU "
+            f"{', '.join(map(str, manifest['environment']['cpu_model']))}",
+            f"- reference program median {manifest['reference_seconds']} s", "",
+            "| family | rows |", "| --- | --- |"]
+    text += [f"| {f} | {n} |" for f, n in families.items()]
+    text += ["", "## Evaluation", "",
+             "Fold error is max(pred/actual, actual/pred). Memory ratios are taken on "
+             "bytes + offset (1 MiB peak RSS, 1 KiB executable).", "", markdown_table(report),
+             "## Plots", ""]
+    text += [f"![{fig.stem}]({fig.name})" for fig in figures]
+    path.write_text("\n".join(text) + "\n")
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("data", nargs="+", help="dataset shards or folders")
+    parser.add_argument("--backend", default="cpu")
+    parser.add_argument("--target", default="")
+    parser.add_argument("--json", type=Path, help="write the report here")
+    parser.add_argument("--plots", type=Path, help="write PNG plots into this folder")
+    parser.add_argument("--threads", type=int, default=1, help="threads for the trees")
+    args = parser.parse_args(argv)
+    from threadpoolctl import threadpool_limits
+
+    from . import dataset
+
+    rows = select_rows(dataset.load(args.data), args.backend, args.target)
+    with threadpool_limits(limits=args.threads):
+        result = run_evaluation(rows, args.backend, args.target)
+        if args.plots:
+            from . import plots
+            from .fit import train
+
+            plots.write_all(result.predictions, rows, train(rows, args.backend, args.target),
+                            args.plots)
+    if args.json:
+        args.json.write_text(json.dumps(result.report, indent=2, default=float) + "\n")
+    sys.stdout.write(markdown_table(result.report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
