@@ -1,0 +1,141 @@
+"""Does `costmodel.advise` pick the option that really compiles faster?
+
+For pairs of programs that compute the same thing two ways (an unrolled loop vs the same
+loop as lax.scan; a deep model with inner per-layer jits compiled whole vs per layer;
+large constants captured vs passed as arguments) we ask for advice with a zero budget
+(so it must choose the cheapest option it predicts), then compile both versions and
+check that the chosen one is the faster. Compiles are timed in this process with a new
+function object each time, interleaved, median of 3, after a warm-up compile.
+
+    python bench/advice_validation.py [--quick] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+import costmodel
+
+
+def unrolled_pair(steps: int, width: int):
+    def unrolled(x, w):
+        for _ in range(steps):
+            x = jnp.tanh(x @ w) + 0.1 * x
+        return x
+
+    def scanned(x, w):
+        return lax.scan(lambda c, _: (jnp.tanh(c @ w) + 0.1 * c, None), x, None,
+                        length=steps)[0]
+
+    args = (jax.ShapeDtypeStruct((16, width), jnp.float32),
+            jax.ShapeDtypeStruct((width, width), jnp.float32))
+    return f"loop steps={steps} width={width}", unrolled, args, "scan", \
+        lambda: (lambda x, w: scanned(x, w), args)
+
+
+def layered_pair(depth: int, width: int):
+    def make_layer():
+        return jax.jit(lambda x, w: jax.nn.gelu(x @ w) + x)
+
+    def whole_builder():
+        layer = make_layer()
+        def model(x, ws):
+            for w in ws:
+                x = layer(x, w)
+            return x
+        return model
+
+    ws = [jax.ShapeDtypeStruct((width, width), jnp.float32)] * depth
+    x = jax.ShapeDtypeStruct((32, width), jnp.float32)
+
+    def split_builder():
+        # per layer: one compile of the layer (identical shapes share it) plus the glue
+        layer = make_layer()
+        return (lambda a, w: layer(a, w)), (x, ws[0])
+
+    return f"layers depth={depth} width={width}", whole_builder(), (x, ws), \
+        "split_inner_jits", split_builder
+
+
+def constants_pair(megabytes: int):
+    n = int(np.sqrt(megabytes * 2**20 / 4))
+    table = np.random.default_rng(megabytes).standard_normal((n, n)).astype(np.float32)
+
+    def captured(x):
+        return jnp.tanh(x @ table) @ table.T
+
+    def passed(x, t):
+        return jnp.tanh(x @ t) @ t.T
+
+    x = jax.ShapeDtypeStruct((8, n), jnp.float32)
+    return f"constants {megabytes} MB", captured, (x,), "constants_as_arguments", \
+        lambda: ((lambda a, t: passed(a, t)), (x, jax.ShapeDtypeStruct(table.shape, table.dtype)))
+
+
+def compile_seconds(fn, args) -> float:
+    lowered = jax.jit(fn).trace(*args).lower()
+    start = time.perf_counter()
+    lowered.compile()
+    return time.perf_counter() - start
+
+
+def fresh(fn):
+    return lambda *a: fn(*a)  # a new function object: never a cache hit
+
+
+def run(quick: bool) -> dict:
+    jax.config.update("jax_enable_compilation_cache", False)
+    pairs = [unrolled_pair(s, w) for s in ((10, 50, 200) if quick else (10, 30, 100, 300, 600))
+             for w in (32, 128)]
+    pairs += [layered_pair(d, 128) for d in ((2, 8) if quick else (2, 4, 8, 16))]
+    pairs += [constants_pair(m) for m in ((1, 8) if quick else (1, 4, 16))]
+    compile_seconds(*unrolled_pair(3, 8)[1:3])  # warm-up
+    results = []
+    for name, original, args, strategy, build_alt in pairs:
+        advice = costmodel.advise(original, *args, budget_seconds=0.0)
+        predicted = {a.strategy: a.predicted_compile_seconds for a in advice.alternatives}
+        if strategy not in predicted:
+            results.append({"pair": name, "skipped": f"advice offered no {strategy}"})
+            continue
+        times = {"keep": [], strategy: []}
+        for _ in range(3):
+            times["keep"].append(compile_seconds(fresh(original), args))
+            alt_fn, alt_args = build_alt()
+            times[strategy].append(compile_seconds(fresh(alt_fn), alt_args))
+        measured = {k: statistics.median(v) for k, v in times.items()}
+        chosen = strategy if advice.split else "keep"
+        faster = min(measured, key=measured.get)
+        results.append({"pair": name, "chosen": chosen, "really_faster": faster,
+                        "correct": chosen == faster,
+                        "predicted": {k: predicted[k] for k in measured},
+                        "measured": measured})
+        print(f"{name:<32} chose {chosen:<24} faster {faster:<24} "
+              f"pred keep={predicted['keep']:.3f}s {strategy}={predicted[strategy]:.3f}s  "
+              f"meas keep={measured['keep']:.3f}s {strategy}={measured[strategy]:.3f}s "
+              f"{'OK' if chosen == faster else 'WRONG'}", flush=True)
+    judged = [r for r in results if "correct" in r]
+    summary = {"pairs": len(judged), "correct": sum(r["correct"] for r in judged),
+               "fraction": sum(r["correct"] for r in judged) / max(len(judged), 1),
+               "results": results}
+    print(f"advice picked the really faster option in {summary['correct']}/{summary['pairs']}"
+          f" pairs ({100 * summary['fraction']:.0f}%)")
+    return summary
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    summary = run(args.quick)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(summary, handle, indent=2)

@@ -1,0 +1,68 @@
+"""What does a prediction cost, next to JAX's own trace+lower and the compile itself?
+
+For each program: trace+lower alone, `costmodel.predict` (which traces, lowers, extracts
+features and runs the model), and the real compile; new function objects each time,
+interleaved, median of 5 (compile: median of 2). Reports predict/(trace+lower) and, for
+programs compiling in 5 s or more, predict/compile.
+
+    python bench/predict_overhead.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+import costmodel
+
+
+def programs():
+    def unrolled(steps):
+        def f(x, w):
+            for _ in range(steps):
+                x = jnp.tanh(x @ w) + 0.1 * x
+            return x
+        return f
+    def scanned(steps):
+        def f(x, w):
+            return lax.scan(lambda c, _: (jnp.tanh(c @ w) + 0.1 * c, None), x, None,
+                            length=steps)[0]
+        return f
+    args = (jax.ShapeDtypeStruct((32, 64), jnp.float32),
+            jax.ShapeDtypeStruct((64, 64), jnp.float32))
+    for steps in (10, 100, 300, 1000):
+        yield f"unrolled {steps}", (lambda s=steps: unrolled(s)), args
+    yield "scan 1000", (lambda: scanned(1000)), args
+    yield "grad unrolled 300", (lambda: jax.grad(lambda x, w: unrolled(300)(x, w).sum())), args
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    jax.config.update("jax_enable_compilation_cache", False)
+    costmodel.predict(lambda x: x + 1, jnp.ones(3))  # load the model once
+    print(f"{'program':<22}{'trace+lower':>12}{'predict':>10}{'ratio':>7}{'compile':>10}"
+          f"{'pred/compile':>13}")
+    for name, make, args in programs():
+        lower_t, predict_t = [], []
+        for _ in range(5):
+            lower_t.append(timed(lambda: jax.jit(make()).trace(*args).lower()))
+            predict_t.append(timed(lambda: costmodel.predict(make(), *args)))
+        lo, pr = statistics.median(lower_t), statistics.median(predict_t)
+        comp = statistics.median(
+            timed(lambda: jax.jit(make()).trace(*args).lower().compile()) for _ in range(2))
+        share = f"{pr / comp:.1%}" if comp >= 5 else "-"
+        print(f"{name:<22}{lo:>11.3f}s{pr:>9.3f}s{pr / lo:>7.2f}{comp:>9.2f}s{share:>13}",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
