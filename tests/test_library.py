@@ -1,0 +1,146 @@
+"""predict, advise, record and the jit guard, on the shipped default CPU model."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import costmodel
+from costmodel.features import from_stablehlo
+
+BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+X = jax.ShapeDtypeStruct((32, 64), jnp.float32)
+W = jax.ShapeDtypeStruct((64, 64), jnp.float32)
+
+
+class CompileCounter:
+    def __init__(self):
+        self.count = 0
+        jax.monitoring.register_event_duration_secs_listener(self._listen)
+
+    def _listen(self, name, secs, **kw):
+        if name == BACKEND_COMPILE:
+            self.count += 1
+
+
+COUNTER = CompileCounter()
+
+
+def unrolled(steps):
+    def f(x, w):
+        for _ in range(steps):
+            x = jnp.tanh(x @ w) + 0.1 * x
+        return x
+    return f
+
+
+def scanned(steps):
+    def f(x, w):
+        return lax.scan(lambda c, _: (jnp.tanh(c @ w) + 0.1 * c, None), x, None,
+                        length=steps)[0]
+    return f
+
+
+def small_mlp(params, x):
+    for w in params:
+        x = jax.nn.relu(x @ w)
+    return x.sum()
+
+
+def test_predict_never_compiles_and_fills_every_field():
+    before = COUNTER.count
+    p = costmodel.predict(unrolled(50), X, W)
+    assert COUNTER.count == before
+    lo, hi = p.compile_seconds_interval
+    assert 0 < lo <= p.compile_seconds <= hi
+    assert p.peak_memory_bytes > 0 and p.executable_memory_bytes > 0
+    assert p.backend == "cpu" and p.target == "" and p.model_version
+    assert set(p.to_dict()) >= {"compile_seconds", "compile_seconds_interval",
+                                "peak_memory_bytes", "executable_memory_bytes", "model_version"}
+    assert "compile ≈" in repr(p) and "host memory ≈" in repr(p)
+
+
+def test_predict_grows_with_unrolled_steps_and_not_with_scan_length():
+    small, big = (costmodel.predict(unrolled(n), X, W).compile_seconds for n in (20, 400))
+    assert big > 4 * small
+    s_small, s_big = (costmodel.predict(scanned(n), X, W).compile_seconds for n in (20, 400))
+    assert s_big < 1.5 * s_small
+
+
+def test_predict_accepts_lowered_and_matches_stablehlo_path():
+    lowered = jax.jit(unrolled(30)).lower(X, W)
+    a = costmodel.predict(lowered)
+    b = costmodel.predict_stablehlo(lowered.as_text(), backend="cpu")
+    assert a.to_dict() == b.to_dict()
+    c = costmodel.predict_features(from_stablehlo(lowered.as_text()))
+    assert c.compile_seconds == a.compile_seconds
+
+
+def test_explain_names_real_features():
+    p = costmodel.predict(unrolled(100), X, W)
+    top = p.explain(top=3)
+    assert len(top) == 3
+    assert all(name in costmodel.features.MODEL_FEATURES for name, _ in top)
+    assert abs(np.log(top[0][1])) >= abs(np.log(top[-1][1]))
+
+
+def test_advice_on_unrolled_500_step_loop_recommends_scan_far_cheaper():
+    advice = costmodel.advise(unrolled(500), X, W, budget_seconds=1.0)
+    assert advice.split
+    best = advice.alternatives[0]
+    assert best.strategy == "scan"
+    assert best.predicted_compile_seconds < 0.2 * advice.prediction.compile_seconds
+    assert "lax.scan" in advice.reason and "test_library.py" in best.description
+
+
+def test_advice_on_small_mlp_says_keep():
+    params = [jax.ShapeDtypeStruct((32, 32), jnp.float32)] * 2
+    advice = costmodel.advise(jax.grad(small_mlp), params,
+                              jax.ShapeDtypeStruct((8, 32), jnp.float32))
+    assert not advice.split
+    assert "keep it as one jit" in advice.reason
+    assert advice.to_dict()["split"] is False
+
+
+def test_record_captures_exactly_the_compiles_in_its_block(tmp_path):
+    jax.jit(lambda a: a - 1)(jnp.ones(3))  # outside: not recorded
+    path = tmp_path / "rec.jsonl"
+    with costmodel.record(path) as rec:
+        before = COUNTER.count
+        jax.jit(lambda a: jnp.sin(a) * 2)(jnp.ones(4))
+        jax.jit(lambda a: a @ a)(jnp.ones((8, 8)))
+        inside = COUNTER.count - before
+    jax.jit(lambda a: a + 1)(jnp.ones(3))  # after: not recorded
+    assert len(rec.rows) == inside >= 2
+    from costmodel.training import dataset
+    rows = dataset.load(path)
+    assert len(rows) == inside
+    assert (rows["compile_seconds"] > 0).all()
+    assert set(rows["family"]) == {"user"}
+    assert rows["f_hlo_ops"].max() >= 1
+
+
+def test_guard_raises_before_compiling():
+    guarded = costmodel.jit(unrolled(200), budget_seconds=1e-4, on_exceed="raise")
+    before = COUNTER.count
+    with pytest.raises(costmodel.CompileBudgetExceeded) as info:
+        guarded(jnp.ones((32, 64)), jnp.ones((64, 64)))
+    assert COUNTER.count == before
+    assert info.value.advice.prediction.compile_seconds > 1e-4
+
+
+def test_guard_warns_once_per_signature_and_still_runs():
+    guarded = costmodel.jit(lambda a: a * 2, budget_seconds=1e-4)
+    with pytest.warns(costmodel.CompileBudgetWarning):
+        out = guarded(jnp.ones(3))
+    np.testing.assert_allclose(out, 2 * np.ones(3))
+    guarded(jnp.ones(3))  # same signature: checked already, no second warning
+    with pytest.warns(costmodel.CompileBudgetWarning):
+        guarded(jnp.ones(5))
+
+
+def test_gpu_prediction_uses_the_gpu_model():
+    p = costmodel.predict(unrolled(20), X, W, backend="gpu")
+    assert (p.backend, p.target) == ("gpu", "h100")
+    assert p.model_version != costmodel.predict(unrolled(20), X, W).model_version

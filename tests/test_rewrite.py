@@ -1,0 +1,90 @@
+"""The rewrites behind advice compute what the original program computes."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from costmodel import _rewrite
+from costmodel.features import extract
+
+
+def unrolled(steps):
+    def f(x, w):
+        for _ in range(steps):
+            x = jnp.tanh(x @ w) + 0.1 * x
+        return x.sum()
+    return f
+
+
+X = jnp.linspace(0.1, 1, 32).reshape(4, 8)
+W = jnp.eye(8) * 0.5 + 0.01
+
+
+def test_unrolled_loop_as_scan_is_numerically_identical_and_has_one_loop():
+    f = unrolled(20)
+    traced = jax.jit(f).trace(X, W)
+    block = extract(f, X, W).info["repeated_block"]
+    assert (block["size"], block["repeats"]) == (4, 20)
+    fn, shapes = _rewrite.as_scan(traced.jaxpr, block["start"], block["size"], block["repeats"])
+    np.testing.assert_allclose(jax.jit(fn)(X, W)[0], f(X, W), rtol=1e-6)
+    rewritten = extract(fn, *shapes)
+    assert rewritten["while_count"] == 1
+    assert rewritten["while_trip_max"] == 20
+    assert rewritten["hlo_ops"] < extract(f, X, W)["hlo_ops"] / 5
+
+
+def test_stacked_layers_with_distinct_weights_become_scanned_xs():
+    def f(x, ws):
+        for w in ws:
+            x = jnp.sin(x @ w)
+        return x
+    ws = [W * (i + 1) / 10 for i in range(6)]
+    traced = jax.jit(f).trace(X, ws)
+    block = extract(f, X, ws).info["repeated_block"]
+    plan = _rewrite.plan_scan(traced.jaxpr.jaxpr.eqns, block["start"], block["size"],
+                              block["repeats"])
+    assert sorted(plan.kinds) == ["carry", "xs"]
+    fn, _ = _rewrite.as_scan(traced.jaxpr, block["start"], block["size"], block["repeats"])
+    np.testing.assert_allclose(jax.jit(fn)(X, *ws)[0], f(X, ws), rtol=1e-6)
+
+
+def test_constants_as_arguments_computes_the_same():
+    table = np.arange(64, dtype=np.float32).reshape(8, 8) / 64
+    def g(x):
+        return jnp.tanh(x @ table).sum()
+    traced = jax.jit(g).trace(X)
+    fn, shapes = _rewrite.constants_as_arguments(traced.jaxpr)
+    assert [s.shape for s in shapes] == [(8, 8), (4, 8)]
+    np.testing.assert_allclose(jax.jit(fn)(table, X)[0], g(X), rtol=1e-6)
+    assert extract(fn, *shapes)["dense_constant_bytes"] == 0
+    assert extract(g, X)["dense_constant_bytes"] == 64 * 4
+
+
+def test_inner_jit_parts_dedupe_identical_calls():
+    inner = jax.jit(lambda a: jnp.sin(a) * 2)
+    other = jax.jit(lambda a: jnp.cos(a))
+    def h(a):
+        return other(inner(inner(a))) + 1
+    parts, (glue, shapes, _) = _rewrite.inner_jit_parts(jax.jit(h).trace(X).jaxpr)
+    assert len(parts) == 2  # inner (called twice, compiled once) and other
+    assert jax.jit(glue)(X)[0].shape == X.shape
+    assert extract(glue, *shapes)["op_sine"] == 0
+
+
+def test_non_chained_blocks_are_not_rewritten():
+    def f(x, y):
+        a = jnp.sin(x)
+        b = jnp.sin(y)
+        c = jnp.sin(x + 1)
+        return a + b + c
+    traced = jax.jit(f).trace(X, X)
+    eqns = traced.jaxpr.jaxpr.eqns
+    assert _rewrite.as_scan(traced.jaxpr, 0, 1, 2) is None or \
+        _rewrite.plan_scan(eqns, 0, 1, 2).kinds.count("carry") == 0
+
+
+@pytest.mark.parametrize("steps", [3, 7])
+def test_repeated_block_detection_counts_steps(steps):
+    info = extract(unrolled(steps), X, W).info["repeated_block"]
+    assert info["repeats"] == steps
