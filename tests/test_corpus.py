@@ -1,0 +1,165 @@
+"""Tests for the program corpus (costmodel.training.corpus)."""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import json
+
+import jax
+import numpy as np
+import pytest
+from costmodel.training import corpus
+
+FAMILY_NAMES = sorted(corpus.FAMILIES)
+
+
+def _lower(family: corpus.Family, params: dict):
+    fn, args = corpus.build(family.name, params)
+    with jax.enable_x64(family.x64):
+        return jax.jit(fn).trace(*args).lower()
+
+
+def _op_count(lowered) -> int:
+    return lowered.as_text().count("stablehlo.")
+
+
+def test_corpus_is_large_enough():
+    assert len(corpus.FAMILIES) >= 18
+    small = {name: len(f.grid) for name, f in corpus.FAMILIES.items() if len(f.grid) < 50}
+    assert small == {}
+    assert 1200 <= len(corpus.programs()) <= 1400
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_smallest_point_builds_and_lowers(name):
+    family = corpus.get_family(name)
+    params = family.grid[0]
+    fn, args = corpus.build(name, params)
+    assert isinstance(args, tuple)
+    leaves = jax.tree_util.tree_leaves(args)
+    assert leaves
+    assert all(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in leaves)
+    lowered = _lower(family, params)
+    assert "func.func public @main" in lowered.as_text()
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_build_returns_a_fresh_plain_function(name):
+    params = corpus.get_family(name).grid[0]
+    fn1, _ = corpus.build(name, params)
+    fn2, _ = corpus.build(name, params)
+    assert fn1 is not fn2
+    assert inspect.isfunction(fn1)  # a jitted wrapper is not a plain Python function
+    assert not hasattr(fn1, "lower")
+
+
+def test_grids_are_json_serialisable():
+    for name, params in corpus.programs():
+        assert json.loads(json.dumps(params)) == params, name
+
+
+def test_programs_counts_equal_grid_sizes():
+    everything = corpus.programs()
+    counts = collections.Counter(name for name, _ in everything)
+    assert counts == {name: len(f.grid) for name, f in corpus.FAMILIES.items()}
+    assert everything == corpus.programs()  # deterministic
+    # Families come in registration order, each grid in its own order.
+    assert list(dict.fromkeys(name for name, _ in everything)) == list(corpus.FAMILIES)
+    mlp, loop = corpus.get_family("mlp"), corpus.get_family("loop")
+    picked = corpus.programs(["mlp", "loop"])
+    assert picked == [("mlp", p) for p in mlp.grid] + [("loop", p) for p in loop.grid]
+
+
+def test_programs_returns_copies():
+    name, params = corpus.programs(["mlp"])[0]
+    params["depth"] = -1
+    assert corpus.get_family("mlp").grid[0]["depth"] != -1
+
+
+def test_unknown_family_lists_known_names():
+    with pytest.raises(corpus.UnknownFamilyError) as info:
+        corpus.get_family("nope")
+    assert isinstance(info.value, ValueError)
+    message = str(info.value)
+    assert "nope" in message
+    for name in ("mlp", "loop", "cholesky_seed"):
+        assert name in message
+    with pytest.raises(corpus.UnknownFamilyError):
+        corpus.build("nope", {})
+    with pytest.raises(corpus.UnknownFamilyError):
+        corpus.programs(["mlp", "nope"])
+
+
+def test_register_rejects_duplicates_and_accepts_new():
+    def build_tiny(n: int):
+        def fn(x):
+            return x * n
+
+        return fn, (corpus.sds((n,)),)
+
+    tiny = corpus.Family("test_tiny", "tiny", build_tiny, grid=[{"n": 1}, {"n": 2}])
+    try:
+        assert corpus.register(tiny) is tiny
+        assert corpus.programs(["test_tiny"]) == [("test_tiny", {"n": 1}), ("test_tiny", {"n": 2})]
+        with pytest.raises(ValueError, match="already registered"):
+            corpus.register(corpus.Family("test_tiny", "again", build_tiny, grid=()))
+        with pytest.raises(ValueError, match="already registered"):
+            corpus.register(corpus.get_family("mlp"))
+    finally:
+        corpus.FAMILIES.pop("test_tiny", None)
+    assert isinstance(tiny.grid, tuple)
+
+
+def test_family_rejects_non_json_grid_values():
+    with pytest.raises(ValueError):
+        corpus.Family("bad", "bad", lambda n: None, grid=({"n": np.int64(3)},))
+
+
+def test_seed_families():
+    chol = corpus.get_family("cholesky_seed")
+    assert chol.x64 and "seed" in chol.tags
+    assert "seed" in corpus.get_family("scan_seed").tags
+    assert {"nbatch": 16, "nobs": 256, "ngp": 64, "grad": True} in chol.grid
+    assert {"length": 80, "width": 2, "mode": "grad"} in corpus.get_family("scan_seed").grid
+    text = _lower(chol, {"nbatch": 16, "nobs": 256, "ngp": 64, "grad": True}).as_text()
+    assert "tensor<16x128xf64>" in text
+    assert "tensor<256x128xf64>" in text  # the captured design matrix
+
+
+def _loop(style: str, steps: int, **extra):
+    params = {"style": style, "steps": steps, "body": 2, "width": 16, "unroll": 1, **extra}
+    return _lower(corpus.get_family("loop"), params)
+
+
+def test_unrolled_loop_op_count_is_linear_in_steps():
+    texts = {n: _loop("unrolled", n).as_text() for n in (1, 2, 10)}
+    one, two, ten = (texts[n].count("stablehlo.") for n in (1, 2, 10))
+    body = two - one
+    overhead = one - body
+    # Closed form: a step is body=2 stages of one dot_general and one tanh each.
+    assert body == 4
+    for op in ("stablehlo.dot_general", "stablehlo.tanh"):
+        assert texts[1].count(op) == 2
+        assert texts[10].count(op) == 20
+    assert ten == overhead + 10 * body
+
+
+@pytest.mark.parametrize("style", ["scan", "fori"])
+def test_rolled_loops_have_a_while_and_constant_size(style):
+    text10 = _loop(style, 10).as_text()
+    assert "stablehlo.while" in text10
+    assert _op_count(_loop(style, 1000)) == text10.count("stablehlo.")
+    assert "stablehlo.while" not in _loop("unrolled", 10).as_text()
+
+
+def test_loop_styles_grid_share_steps():
+    grid = corpus.get_family("loop").grid
+    steps = {s: {p["steps"] for p in grid if p["style"] == s} for s in corpus.LOOP_STYLES}
+    assert steps["unrolled"] == steps["scan"] == steps["fori"]
+    assert {p["unroll"] for p in grid if p["style"] == "scan"} > {1}
+
+
+def test_bad_knob_value_raises():
+    with pytest.raises(ValueError, match="style"):
+        corpus.build("loop", {"style": "recursive", "steps": 1, "body": 1, "width": 4})

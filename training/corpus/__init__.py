@@ -1,0 +1,58 @@
+"""Corpus of parameterised JAX programs whose compile time the sweep measures.
+
+Each :class:`Family` builds ``(fn, args)`` from a few size knobs; ``fn`` is a fresh,
+un-jitted closure and ``args`` a tuple of ``jax.ShapeDtypeStruct`` pytrees, so
+``jax.jit(fn).trace(*args).lower()`` needs no real inputs and is never a cache hit.
+Importing this package registers the built-in families; list them with
+:func:`programs` or :data:`FAMILIES`.
+
+Register your own family the same way the built-in ones do::
+
+    import jax
+    from costmodel.training.corpus import Family, build, param_grid, register, sds
+
+    def build_softmax_chain(n: int, width: int):
+        def fn(x):  # defined inside build: a new function object every call
+            for _ in range(n):
+                x = jax.nn.softmax(x @ x.T) @ x
+            return x
+        return fn, (sds((width, width)),)
+
+    register(Family("softmax_chain", "n chained softmax attentions", build_softmax_chain,
+                    grid=param_grid(n=(1, 4, 16), width=(32, 256))))
+
+    fn, args = build("softmax_chain", {"n": 4, "width": 32})
+"""
+
+from . import control as _control  # noqa: F401
+from . import conv as _conv  # noqa: F401  (importing registers the families)
+from . import dense as _dense  # noqa: F401
+from . import linalg as _linalg  # noqa: F401
+from . import loops as _loops  # noqa: F401
+from . import misc as _misc  # noqa: F401
+from . import numeric as _numeric  # noqa: F401
+from .loops import LOOP_STYLES
+from .registry import (
+    FAMILIES,
+    Family,
+    UnknownFamilyError,
+    build,
+    get_family,
+    param_grid,
+    programs,
+    register,
+    sds,
+)
+
+__all__ = [
+    "FAMILIES",
+    "LOOP_STYLES",
+    "Family",
+    "UnknownFamilyError",
+    "build",
+    "get_family",
+    "param_grid",
+    "programs",
+    "register",
+    "sds",
+]
