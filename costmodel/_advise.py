@@ -8,9 +8,9 @@ from typing import Any
 
 from costmodel.features import Features, from_lowered
 
+from . import _rewrite
 from ._lowering import features_of, trace_and_lower
 from ._predict import Prediction, _fmt_bytes, _fmt_seconds, predict_features
-from . import _rewrite
 
 MIN_REPEATS = 3            # fewer repeats rarely pay for a loop
 MIN_SAVING = 0.3           # an alternative must save 30% to be worth the change

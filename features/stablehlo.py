@@ -27,7 +27,9 @@ _ELEMENT_BYTES = {
     "ui64": 8, "ui32": 4, "ui16": 2, "ui8": 1, "ui4": 1, "ui2": 1,
     "complex<f32>": 8, "complex<f64>": 16, "index": 8,
 }
-_LINALG_TARGET = re.compile(r"lapack|cusolver|cublas|hipsolver|rocsolver|eig|svd|potrf|getrf|geqrf|trsm|syevd|gesvd|qr|lu", re.I)
+_LINALG_TARGET = re.compile(
+    r"lapack|cusolver|cublas|hipsolver|rocsolver|eig|svd|potrf|getrf|geqrf|trsm|syevd|gesvd|qr|lu",
+    re.I)
 
 
 @lru_cache(maxsize=1)
@@ -38,12 +40,33 @@ def _context():
     return mlir.make_ir_context()
 
 
+# The MLIR parser recurses once per nesting level and overflows the C stack (a segfault,
+# not an exception) at a few thousand levels; real modules nest well under 50.
+MAX_NESTING = 256
+
+
+def nesting_depth(text: str) -> int:
+    """Deepest bracket nesting of `text` ({[(< against }])>), computed without parsing."""
+    import numpy as np
+
+    raw = np.frombuffer(text.encode("utf-8", "replace"), dtype=np.uint8)
+    opens = np.isin(raw, np.frombuffer(b"{[(<", dtype=np.uint8))
+    closes = np.isin(raw, np.frombuffer(b"}])>", dtype=np.uint8))
+    steps = opens.astype(np.int32) - closes.astype(np.int32)
+    return int(np.cumsum(steps).max(initial=0))
+
+
 def parse_module(text: str):
     """Parse StableHLO module text; raise `StableHLOParseError` with the parser's message."""
     from jax._src.lib.mlir import ir
 
     if not isinstance(text, str) or not text.strip():
         raise StableHLOParseError("empty StableHLO text")
+    depth = nesting_depth(text)
+    if depth > MAX_NESTING:
+        raise StableHLOParseError(
+            f"nesting depth {depth} exceeds {MAX_NESTING}: refusing to parse (real modules "
+            "nest far less; the MLIR parser would overflow its stack)")
     ctx = _context()
     with ctx:
         try:

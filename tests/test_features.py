@@ -200,3 +200,12 @@ def test_prng_key_dtypes_do_not_break_extraction():
         return jax.random.key_data(key)
     feats = F.extract(f, jax.ShapeDtypeStruct((), jnp.uint32))
     assert feats["jaxpr_cat_random"] >= 3
+
+
+def test_deeply_nested_text_is_refused_before_the_parser_sees_it():
+    text = "module {" + "(" * 5000 + ")" * 5000 + "}"
+    with pytest.raises(F.StableHLOParseError, match="nesting depth"):
+        F.from_stablehlo(text)
+    real = jax.jit(lambda x: lax.scan(lambda c, _: (jnp.sin(c), None), x, None, length=3)[0])
+    from costmodel.features.stablehlo import MAX_NESTING, nesting_depth
+    assert nesting_depth(real.lower(X).as_text()) < MAX_NESTING // 4

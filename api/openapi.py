@@ -1,0 +1,225 @@
+"""The OpenAPI 3 document of the service, served at `GET /openapi.json`.
+
+Written by hand next to the views; a test checks that every route of the app is
+documented here and that nothing here is missing from the app.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint
+
+import costmodel
+from costmodel.features import ALL_FEATURES, KNOWN_TARGETS, MODEL_FEATURES
+
+from .samples import MAX_COMPILE_SECONDS, MAX_ENVIRONMENT_KEYS
+from .validation import MAX_FEATURE_VALUE
+
+bp = Blueprint("openapi", __name__)
+
+_REF = "#/components/schemas/"
+_ERRORS = {
+    400: "Malformed JSON, or a missing, unknown or wrongly typed field (named in the description)",
+    401: "Missing or wrong bearer token",
+    403: "Retraining over HTTP is disabled on this server",
+    404: "No such resource",
+    409: "A retrain job is already running",
+    413: "Request body larger than MAX_CONTENT_LENGTH",
+    415: "Content-Type is not application/json",
+    422: "Features so far outside the training data that the prediction overflows",
+    503: "No model is loaded",
+}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": _REF + name}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _operation(summary: str, ok: tuple[int, str, str], errors: tuple[int, ...] = (),
+               body: str | None = None, body_required: bool = True,
+               secured: bool = False, parameter: str | None = None) -> dict[str, Any]:
+    responses = {str(ok[0]): _json(_ref(ok[1]), ok[2])}
+    for code in errors:
+        responses[str(code)] = _json(_ref("Error"), _ERRORS[code])
+    responses["default"] = _json(_ref("Error"), "Unexpected server error (500)")
+    op: dict[str, Any] = {"summary": summary, "responses": responses}
+    if body is not None:
+        op["requestBody"] = {"required": body_required,
+                             "content": {"application/json": {"schema": _ref(body)}}}
+    if secured:
+        op["security"] = [{"bearerAuth": []}]
+    if parameter is not None:
+        op["parameters"] = [{"name": parameter, "in": "path", "required": True,
+                             "schema": {"type": "string"}}]
+    return op
+
+
+def _count(nullable: bool = False) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "number", "minimum": 0, "maximum": MAX_FEATURE_VALUE}
+    if nullable:
+        schema["nullable"] = True
+    return schema
+
+
+def _interval() -> dict[str, Any]:
+    return {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2}
+
+
+def _schemas() -> dict[str, Any]:
+    targets = sorted({t for ts in KNOWN_TARGETS.values() for t in ts})
+    program = {
+        "stablehlo": {"type": "string", "description": "StableHLO module text "
+                      "(`jax.jit(f).lower(x).as_text()`)"},
+        "features": _ref("FeatureVector"),
+        "backend": {"type": "string", "enum": sorted(KNOWN_TARGETS), "nullable": True,
+                    "description": "default cpu"},
+        "target": {"type": "string", "enum": targets, "nullable": True,
+                   "description": "GPU target; default h100 for gpu, '' for cpu"},
+    }
+    one_program = [{"required": ["stablehlo"]}, {"required": ["features"]}]
+    prediction = {name: {"type": "number"} for name in (
+        "compile_seconds", "peak_memory_bytes", "executable_memory_bytes", "calibration_scale")}
+    prediction.update({f"{name}_interval": _interval() for name in (
+        "compile_seconds", "peak_memory_bytes", "executable_memory_bytes")})
+    prediction.update({name: {"type": "string"} for name in ("backend", "target",
+                                                             "model_version")})
+    labels = {"compile_seconds": {"type": "number", "minimum": 0, "exclusiveMinimum": True,
+                                  "maximum": MAX_COMPILE_SECONDS},
+              "peak_rss_bytes": _count(nullable=True),
+              "executable_memory_bytes": _count(nullable=True)}
+    return {
+        "Error": {"type": "object", "required": ["code", "name", "description"],
+                  "properties": {"code": {"type": "integer"}, "name": {"type": "string"},
+                                 "description": {"type": "string"}}},
+        "FeatureVector": {
+            "type": "object", "additionalProperties": False, "required": list(MODEL_FEATURES),
+            "properties": {n: _count(nullable=n not in MODEL_FEATURES) for n in ALL_FEATURES}},
+        "Program": {"type": "object", "additionalProperties": False, "properties": program,
+                    "oneOf": one_program},
+        "PredictRequest": {"oneOf": [_ref("Program"), {
+            "type": "object", "additionalProperties": False, "required": ["instances"],
+            "properties": {"instances": {"type": "array", "minItems": 1, "maxItems": 256,
+                                         "items": _ref("Program")}}}]},
+        "Prediction": {"type": "object", "required": sorted(prediction),
+                       "properties": prediction},
+        "PredictResponse": {"oneOf": [_ref("Prediction"), {
+            "type": "object", "required": ["predictions"],
+            "properties": {"predictions": {"type": "array", "items": _ref("Prediction")}}}]},
+        "AdviseRequest": {
+            "type": "object", "additionalProperties": False, "oneOf": one_program,
+            "properties": {**program, "budget_seconds": {
+                "type": "number", "minimum": 0, "exclusiveMinimum": True,
+                "maximum": MAX_COMPILE_SECONDS, "nullable": True,
+                "description": "default 10"}}},
+        "Advice": {"type": "object",
+                   "required": ["split", "reason", "alternatives", "prediction"],
+                   "properties": {
+                       "split": {"type": "boolean"}, "reason": {"type": "string"},
+                       "budget_seconds": {"type": "number"},
+                       "alternatives": {"type": "array", "items": {
+                           "type": "object",
+                           "required": ["strategy", "predicted_compile_seconds"],
+                           "properties": {"strategy": {"type": "string"},
+                                          "predicted_compile_seconds": {"type": "number"},
+                                          "description": {"type": "string"},
+                                          "runtime_note": {"type": "string"}}}},
+                       "prediction": _ref("Prediction")}},
+        "SampleRequest": {
+            "type": "object", "additionalProperties": False, "oneOf": one_program,
+            "required": ["compile_seconds"],
+            "properties": {**program, **labels, "environment": {
+                "type": "object", "nullable": True, "maxProperties": MAX_ENVIRONMENT_KEYS,
+                "additionalProperties": {"nullable": True, "oneOf": [
+                    {"type": "string"}, {"type": "number"}, {"type": "boolean"}]}}}},
+        "SampleCreated": {"type": "object", "required": ["id", "backend", "target"],
+                          "properties": {"id": {"type": "string"},
+                                         "backend": {"type": "string"},
+                                         "target": {"type": "string"}}},
+        "Sample": {"type": "object", "required": ["id", "created_at", "features",
+                                                  "compile_seconds", "environment"],
+                   "properties": {"id": {"type": "string"}, "created_at": {"type": "string"},
+                                  "backend": {"type": "string"}, "target": {"type": "string"},
+                                  "features": {"type": "object"},
+                                  "environment": {"type": "object"},
+                                  "compile_seconds": {"type": "number"}}},
+        "RetrainRequest": {"type": "object", "additionalProperties": False,
+                           "properties": {"backend": program["backend"],
+                                          "target": program["target"]}},
+        "RetrainAccepted": {"type": "object", "required": ["job", "status"],
+                            "properties": {"job": {"type": "string"},
+                                           "status": {"type": "string"}}},
+        "RetrainJob": {"type": "object",
+                       "required": ["job", "status", "progress", "swapped", "scores"],
+                       "properties": {
+                           "job": {"type": "string"},
+                           "status": {"type": "string", "enum": [
+                               "queued", "running", "succeeded", "failed", "rejected"]},
+                           "progress": {"type": "number", "minimum": 0, "maximum": 1},
+                           "swapped": {"type": "boolean"},
+                           "scores": {"type": "object"},
+                           "results": {"type": "array", "items": {"type": "object"}},
+                           "error": {"type": "string", "nullable": True}}},
+        "Status": {"type": "object", "required": ["status"],
+                   "properties": {"status": {"type": "string"},
+                                  "models": {"type": "array", "items": {"type": "string"}}}},
+        "Models": {"type": "object", "required": ["models"], "properties": {"models": {
+            "type": "array", "items": {"type": "object", "required": [
+                "name", "version", "backend", "target", "schema_version", "training_rows",
+                "metrics"]}}}},
+        "OpenAPI": {"type": "object", "required": ["openapi", "paths"]},
+    }
+
+
+def document() -> dict[str, Any]:
+    """The OpenAPI 3.0 document: paths, schemas and the bearer security scheme."""
+    program_errors = (400, 413, 415, 422)
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "costmodel", "version": costmodel.__version__,
+                 "description": "Predict XLA compile time and memory of JAX programs "
+                                "before compiling."},
+        "paths": {
+            "/healthz": {"get": _operation("Liveness", (200, "Status", "The process is up"))},
+            "/readyz": {"get": _operation(
+                "Readiness", (200, "Status", "A verified model is loaded"), (503,))},
+            "/v1/models": {"get": _operation(
+                "Served models", (200, "Models", "Metadata of every loaded model"))},
+            "/v1/predict": {"post": _operation(
+                "Predict compile time and memory", (200, "PredictResponse",
+                                                    "One prediction, or one per instance"),
+                program_errors, body="PredictRequest")},
+            "/v1/advise": {"post": _operation(
+                "Should this program be split?", (200, "Advice", "Advice"),
+                program_errors, body="AdviseRequest")},
+            "/v1/samples": {"post": _operation(
+                "Store a measured compile", (201, "SampleCreated", "Stored"),
+                (400, 413, 415), body="SampleRequest")},
+            "/v1/samples/{sample_id}": {"get": _operation(
+                "A stored sample", (200, "Sample", "The sample"), (404,),
+                parameter="sample_id")},
+            "/v1/retrain": {"post": _operation(
+                "Start a retrain job", (202, "RetrainAccepted", "Job queued"),
+                (400, 401, 403, 409, 413, 415), body="RetrainRequest", body_required=False,
+                secured=True)},
+            "/v1/retrain/{job_id}": {"get": _operation(
+                "Retrain job status", (200, "RetrainJob", "The job"), (401, 403, 404),
+                secured=True, parameter="job_id")},
+            "/openapi.json": {"get": _operation(
+                "This document", (200, "OpenAPI", "OpenAPI 3 document"))},
+        },
+        "components": {
+            "schemas": _schemas(),
+            "securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+@bp.get("/openapi.json")
+def openapi():
+    """The OpenAPI document."""
+    return document()

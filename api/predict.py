@@ -1,0 +1,92 @@
+"""`POST /v1/predict` and `POST /v1/advise`: the same `predict_features` the library uses."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from flask import Blueprint, current_app
+from werkzeug.exceptions import UnprocessableEntity
+
+from costmodel._advise import advise_features
+from costmodel._predict import predict_features
+from costmodel.features import Features
+from costmodel.models import Artifact
+
+from .errors import ValidationError, json_object, json_type
+from .validation import PROGRAM_FIELDS, number, program_features, reject_unknown
+
+ADVISE_FIELDS = (*PROGRAM_FIELDS, "budget_seconds")
+MAX_BUDGET_SECONDS = 7 * 24 * 3600.0
+
+bp = Blueprint("predict", __name__)
+
+
+def model_for(features: Features) -> Artifact:
+    """The served model for the features' backend and target; 400 when none is loaded.
+
+    400, not 503: retrying will not help, the server does not serve that target.
+    """
+    state = current_app.extensions["costmodel"]
+    artifact = state.registry.get(features.backend, features.target)
+    if artifact is None:
+        loaded = ", ".join(f"{b}/{t}" if t else b for (b, t), _ in state.registry.items())
+        label = features.backend + (f"/{features.target}" if features.target else "")
+        raise ValidationError(
+            f"no model is loaded for {label} on this server; loaded: {loaded or 'none'}")
+    return artifact
+
+
+def require_finite(out: Any, where: str) -> Any:
+    """`out` unchanged if every number in it is finite; JSON has no NaN or infinity."""
+    values = out.values() if isinstance(out, dict) else out if isinstance(out, list) else [out]
+    for value in values:
+        if isinstance(value, (dict, list)):
+            require_finite(value, where)
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise UnprocessableEntity(
+                f"{where}these features lie so far outside the training data that the "
+                f"prediction overflows")
+    return out
+
+
+def _predict_one(body: Any, where: str) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise ValidationError(f"{where.rstrip('.')}: must be an object, not {json_type(body)}")
+    reject_unknown(body, PROGRAM_FIELDS, where)
+    features = program_features(body, where)
+    with np.errstate(all="ignore"):  # an overflow becomes inf: require_finite makes it a 422
+        prediction = predict_features(features, model=model_for(features))
+    return require_finite(prediction.to_dict(), where)
+
+
+@bp.post("/v1/predict")
+def predict():
+    """One program → a prediction; `{"instances": [...]}` → `{"predictions": [...]}`."""
+    body = json_object()
+    if "instances" not in body:
+        return _predict_one(body, "")
+    reject_unknown(body, ("instances",))
+    instances = body["instances"]
+    if not isinstance(instances, list) or not instances:
+        raise ValidationError("instances: must be a non-empty array of programs")
+    limit = current_app.config["MAX_BATCH"]
+    if len(instances) > limit:
+        raise ValidationError(f"instances: at most {limit} programs per request, got "
+                              f"{len(instances)}")
+    return {"predictions": [_predict_one(item, f"instances[{i}].")
+                            for i, item in enumerate(instances)]}
+
+
+@bp.post("/v1/advise")
+def advise():
+    """Should this program be split? `advise_features(...).to_dict()`."""
+    body = json_object()
+    reject_unknown(body, ADVISE_FIELDS)
+    budget = number(body, "budget_seconds", exclusive=True, maximum=MAX_BUDGET_SECONDS)
+    features = program_features(body)
+    with np.errstate(all="ignore"):
+        advice = advise_features(features, budget_seconds=10.0 if budget is None else budget,
+                                 model=model_for(features))
+    return require_finite(advice.to_dict(), "")

@@ -1,0 +1,160 @@
+"""Measured compiles sent by users: validated, stored in SQLite, and served as dataset rows."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+import pandas as pd
+from flask import Blueprint, current_app, url_for
+from werkzeug.exceptions import NotFound
+
+from costmodel.features import ALL_FEATURES, Features
+from costmodel.training import dataset
+
+from .db import Database
+from .errors import ValidationError, json_object, json_type
+from .validation import PROGRAM_FIELDS, number, program_features, reject_unknown
+
+LABEL_FIELDS = ("compile_seconds", "peak_rss_bytes", "executable_memory_bytes")
+SAMPLE_FIELDS = (*PROGRAM_FIELDS, *LABEL_FIELDS, "environment")
+# Environment fields that become dataset columns (the ones `training.machine` records);
+# the rest of the object is kept in the store but never reaches a training row.
+ROW_ENVIRONMENT = ("jax_version", "jaxlib_version", "python_version", "cpu_model", "cpu_count",
+                   "hostname", "xla_flags", "harness_version", "ref_seconds")
+MAX_ENVIRONMENT_KEYS = 64
+MAX_COMPILE_SECONDS = 7 * 24 * 3600.0
+FAMILY = "sample"
+
+bp = Blueprint("samples", __name__)
+
+
+class SampleStore:
+    """Append-only store of measured compiles in the service database.
+
+    Example:
+        >>> store = SampleStore(Database(path))
+        >>> sample_id = store.add(features, {"compile_seconds": 2.5}, {}, "features", digest)
+    """
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def add(self, features: Features, labels: dict[str, float | None],
+            environment: dict[str, Any], source: str, program_sha256: str) -> str:
+        sample_id = uuid.uuid4().hex
+        values = {n: _json_number(features.values[n]) for n in ALL_FEATURES}
+        with self.db.connect() as conn:
+            conn.execute(
+                "INSERT INTO samples (id, created_at, backend, target, schema_version, source,"
+                " program_sha256, features, compile_seconds, peak_rss_bytes,"
+                " executable_memory_bytes, environment) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (sample_id, _now(), features.backend, features.target, features.schema_version,
+                 source, program_sha256, json.dumps(values), labels["compile_seconds"],
+                 labels.get("peak_rss_bytes"), labels.get("executable_memory_bytes"),
+                 json.dumps(environment, sort_keys=True)))
+        return sample_id
+
+    def count(self) -> int:
+        with self.db.connect() as conn:
+            return int(conn.execute("SELECT count(*) FROM samples").fetchone()[0])
+
+    def get(self, sample_id: str) -> dict[str, Any] | None:
+        with self.db.connect() as conn:
+            row = conn.execute("SELECT * FROM samples WHERE id = ?", (sample_id,)).fetchone()
+        return None if row is None else _decoded(row)
+
+    def rows(self) -> pd.DataFrame:
+        """Every sample as a dataset row (status ok, family "sample"), schema-compatible only."""
+        from costmodel.features import SCHEMA_VERSION
+
+        with self.db.connect() as conn:
+            stored = conn.execute("SELECT * FROM samples WHERE schema_version = ? ORDER BY"
+                                  " created_at, id", (SCHEMA_VERSION,)).fetchall()
+        return pd.DataFrame([_dataset_row(_decoded(row)) for row in stored])
+
+
+def _decoded(row: Any) -> dict[str, Any]:
+    out = dict(row)
+    out["features"] = json.loads(out["features"])
+    out["environment"] = json.loads(out["environment"])
+    return out
+
+
+def _dataset_row(sample: dict[str, Any]) -> dict[str, Any]:
+    features = {n: (math.nan if v is None else v) for n, v in sample["features"].items()}
+    result = {"status": "ok", "features": features,
+              **{name: sample[name] for name in LABEL_FIELDS},
+              # one measurement: its repeats are itself, as the harness would record them
+              "compile_seconds_all": [sample["compile_seconds"]], "repeats": 1}
+    environment = {k: v for k, v in sample["environment"].items() if k in ROW_ENVIRONMENT}
+    row = dataset.make_row(FAMILY, {"program_sha256": sample["program_sha256"]},
+                           sample["backend"], sample["target"], result, environment)
+    # The stored id, so retraining twice sees the same rows (and the same holdout split).
+    row["row_id"] = sample["id"]
+    row["measured_at"] = sample["created_at"]
+    return row
+
+
+def _json_number(value: float) -> float | None:
+    return None if math.isnan(value) else float(value)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def _environment(body: dict[str, Any]) -> dict[str, Any]:
+    value = body.get("environment")
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValidationError(f"environment: must be an object, not {json_type(value)}")
+    if len(value) > MAX_ENVIRONMENT_KEYS:
+        raise ValidationError(f"environment: at most {MAX_ENVIRONMENT_KEYS} fields")
+    for key, item in value.items():
+        if item is not None and not isinstance(item, (str, int, float, bool)):
+            raise ValidationError(
+                f"environment.{key}: must be a string, number, boolean or null, "
+                f"not {json_type(item)}")
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ValidationError(f"environment.{key}: must be finite")
+    return value
+
+
+@bp.post("/v1/samples")
+def add_sample():
+    """Store one measured compile; 201 with its id."""
+    body = json_object()
+    reject_unknown(body, SAMPLE_FIELDS)
+    labels = {
+        "compile_seconds": number(body, "compile_seconds", required=True, exclusive=True,
+                                  maximum=MAX_COMPILE_SECONDS),
+        "peak_rss_bytes": number(body, "peak_rss_bytes"),
+        "executable_memory_bytes": number(body, "executable_memory_bytes"),
+    }
+    environment = _environment(body)
+    features = program_features(body)
+    source = "stablehlo" if "stablehlo" in body else "features"
+    program = body["stablehlo"] if source == "stablehlo" else json.dumps(
+        body["features"], sort_keys=True)
+    digest = hashlib.sha256(program.encode("utf-8", "surrogatepass")).hexdigest()
+    store: SampleStore = current_app.extensions["costmodel"].samples
+    sample_id = store.add(features, labels, environment, source, digest)
+    location = url_for("samples.get_sample", sample_id=sample_id)
+    return {"id": sample_id, "backend": features.backend, "target": features.target}, 201, {
+        "Location": location}
+
+
+@bp.get("/v1/samples/<sample_id>")
+def get_sample(sample_id: str):
+    """One stored sample: features, labels, environment and when it was received."""
+    store: SampleStore = current_app.extensions["costmodel"].samples
+    sample = store.get(sample_id)
+    if sample is None:
+        raise NotFound(f"no sample with id {sample_id!r}")
+    return sample

@@ -1,0 +1,91 @@
+"""Run the service under gunicorn, the real WSGI server behind `costmodel serve`."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+
+
+class _Server(BaseApplication):
+    """A gunicorn application whose workers each build their own app with `create_app`."""
+
+    def __init__(self, options: dict[str, Any], config: Mapping[str, Any] | None) -> None:
+        self.options = options
+        self.app_config = dict(config) if config is not None else None
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self.options.items():
+            self.cfg.set(key, value)
+
+    def load(self):
+        # Called in each worker after the fork: models, SQLite connections and retrain
+        # threads belong to the worker that uses them.
+        from threadpoolctl import threadpool_limits
+
+        from .app import create_app
+
+        app = create_app(self.app_config)
+        # After create_app, so the OpenMP runtime the models pulled in is covered. A sync
+        # worker serves one request at a time; more threads per prediction only contend.
+        threadpool_limits(1)
+        _warm_up(app)
+        return app
+
+
+_WARM_UP_MODULE = """func.func public @main(%arg0: tensor<f32>) -> tensor<f32> {
+  return %arg0 : tensor<f32>
+}
+"""
+
+
+def _warm_up(app) -> None:
+    """Pay for importing jax, building the MLIR context and a first prediction per model
+    while the worker boots, not on some client's first request (about a second)."""
+    from costmodel._predict import predict_features
+    from costmodel.features import Features, from_stablehlo
+
+    try:
+        features = from_stablehlo(_WARM_UP_MODULE)
+        for (backend, target), artifact in app.extensions["costmodel"].registry.items():
+            predict_features(Features(features.values, backend, target), model=artifact)
+    except Exception:  # noqa: BLE001 - a slower first request beats a worker that won't boot
+        logging.getLogger("costmodel.api").exception("warm-up failed")
+
+
+def _known_settings() -> set[str]:
+    from gunicorn.config import KNOWN_SETTINGS
+
+    return {setting.name for setting in KNOWN_SETTINGS}
+
+
+def serve(host: str = "127.0.0.1", port: int = 8000, workers: int = 2,
+          config: Mapping[str, Any] | None = None, **options: Any) -> None:
+    """Serve the API with gunicorn until interrupted (SIGINT or SIGTERM stop it gracefully).
+
+    Args:
+        host: Interface to bind; the loopback default keeps the service private.
+        port: TCP port (0 picks a free one).
+        workers: gunicorn worker processes; each loads the models once.
+        config: Passed to `create_app` in every worker.
+        **options: Further gunicorn settings, e.g. `timeout=60`, `accesslog="-"`.
+
+    Example:
+        >>> serve("127.0.0.1", 8000, workers=2, config={"SAMPLES_DB": "/var/lib/cm.sqlite3"})
+    """
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, not {workers}")
+    # For libraries a worker loads later than create_app (inherited through the fork).
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    settings = {"bind": f"{host}:{port}", "workers": workers, "worker_class": "sync",
+                "proc_name": "costmodel-api", "timeout": 60, "graceful_timeout": 10}
+    if "control_socket_disable" in _known_settings():
+        # gunicorn >= 25.1 opens a runtime-control socket at one fixed path per user, which
+        # two services on a host would fight over; nothing here uses it.
+        settings["control_socket_disable"] = True
+    settings.update(options)
+    _Server(settings, config).run()

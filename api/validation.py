@@ -1,0 +1,154 @@
+"""Request bodies into `Features` and checked numbers; every failure is a 400 naming the field.
+
+A program arrives either as StableHLO text, which goes through the same extractor as
+`costmodel.predict`, or as a feature vector keyed by `MODEL_FEATURES` names.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Collection, Mapping
+from typing import Any
+
+import numpy as np
+
+from costmodel.features import (
+    ALL_FEATURES,
+    JAXPR_FEATURES,
+    KNOWN_TARGETS,
+    MODEL_FEATURES,
+    Features,
+    StableHLOParseError,
+    UnknownTargetError,
+    from_stablehlo,
+    normalize_target,
+)
+
+from .errors import ValidationError, json_type
+
+# Far above any real count (flops of the largest programs are ~1e18), low enough that the
+# model's power law cannot overflow a float.
+MAX_FEATURE_VALUE = 1e30
+PROGRAM_FIELDS = ("stablehlo", "features", "backend", "target")
+# The MLIR parser recurses once per nested region, attribute or type and overflows the
+# C stack (killing the worker) a few thousand levels down. Real modules nest < 20 deep.
+MAX_NESTING = 256
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_BRACKET = np.zeros(256, np.int8)
+_BRACKET[[ord(c) for c in "{([<"]] = 1
+_BRACKET[[ord(c) for c in "})]>"]] = -1
+_JAXPR = frozenset(JAXPR_FEATURES)
+
+
+def known_targets_text() -> str:
+    return ", ".join(b + (f"/{t}" if t else "") for b, ts in KNOWN_TARGETS.items() for t in ts)
+
+
+def reject_unknown(body: Mapping[str, Any], allowed: Collection[str], where: str = "") -> None:
+    """400 naming any field the endpoint does not take (a typo would otherwise be ignored)."""
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise ValidationError(
+            f"{where}unknown field(s): {', '.join(unknown)}; allowed: {', '.join(allowed)}")
+
+
+def number(body: Mapping[str, Any], name: str, *, where: str = "", required: bool = False,
+           minimum: float = 0.0, exclusive: bool = False,
+           maximum: float = MAX_FEATURE_VALUE) -> float | None:
+    """The field `name` as a finite float in range, None when absent and optional."""
+    if name not in body or (body[name] is None and not required):
+        if required:
+            raise ValidationError(f"{where}{name}: required field is missing")
+        return None
+    return checked_number(body[name], f"{where}{name}", minimum=minimum, exclusive=exclusive,
+                          maximum=maximum)
+
+
+def checked_number(value: Any, field: str, *, minimum: float = 0.0, exclusive: bool = False,
+                   maximum: float = MAX_FEATURE_VALUE) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValidationError(f"{field}: must be a number, not {json_type(value)}")
+    # Compare before float(): a huge JSON integer would overflow the conversion.
+    too_low = value <= minimum if exclusive else value < minimum
+    if too_low or value > maximum or (isinstance(value, float) and not math.isfinite(value)):
+        bound = f"> {minimum:g}" if exclusive else f">= {minimum:g}"
+        raise ValidationError(
+            f"{field}: must be a number {bound} and <= {maximum:g}, got {value!r}")
+    return float(value)
+
+
+def target_of(body: Mapping[str, Any], where: str = "") -> tuple[str, str]:
+    """Normalized (backend, target); 400 listing the known ones when unknown."""
+    for name in ("backend", "target"):
+        value = body.get(name)
+        if value is not None and not isinstance(value, str):
+            raise ValidationError(f"{where}{name}: must be a string, not {json_type(value)}")
+    try:
+        return normalize_target(body.get("backend") or "cpu", body.get("target"))
+    except UnknownTargetError as exc:
+        raise ValidationError(
+            f"{where}{exc}; known backend/target pairs: {known_targets_text()}") from None
+
+
+def program_features(body: Mapping[str, Any], where: str = "") -> Features:
+    """Features of the program in `body`: exactly one of `stablehlo` or `features`.
+
+    Example:
+        >>> program_features({"stablehlo": text, "backend": "cpu"})["hlo_ops"]
+        12.0
+    """
+    backend, target = target_of(body, where)
+    given = [name for name in ("stablehlo", "features") if name in body]
+    if len(given) != 1:
+        raise ValidationError(
+            f"{where}give exactly one of 'stablehlo' (module text) or 'features' (an object "
+            f"of feature values){'; got both' if len(given) == 2 else ''}")
+    if given[0] == "stablehlo":
+        return _from_text(body["stablehlo"], backend, target, where)
+    return feature_vector(body["features"], backend, target, where)
+
+
+def _from_text(text: Any, backend: str, target: str, where: str) -> Features:
+    if not isinstance(text, str):
+        raise ValidationError(f"{where}stablehlo: must be a string, not {json_type(text)}")
+    depth = nesting_depth(text)
+    if depth > MAX_NESTING:
+        raise ValidationError(f"{where}stablehlo: nests {depth} levels deep; at most "
+                              f"{MAX_NESTING} are accepted")
+    try:
+        return from_stablehlo(text, backend=backend, target=target)
+    except StableHLOParseError as exc:
+        raise ValidationError(f"{where}stablehlo: not a valid StableHLO module: {exc}") from None
+    except RecursionError:
+        raise ValidationError(f"{where}stablehlo: the module nests too deeply") from None
+
+
+def nesting_depth(text: str) -> int:
+    """Deepest bracket nesting ({ ( [ <) outside string literals; `->` is not a bracket."""
+    bare = _STRING.sub('""', text).replace("->", "  ")
+    codes = np.frombuffer(bare.encode("utf-8", "surrogatepass"), np.uint8)
+    return int(np.cumsum(_BRACKET[codes], dtype=np.int64).max(initial=0))
+
+
+def feature_vector(values: Any, backend: str, target: str, where: str = "") -> Features:
+    """`Features` from `{name: number}`: all `MODEL_FEATURES` required, jaxpr ones optional."""
+    field = f"{where}features"
+    if not isinstance(values, dict):
+        raise ValidationError(
+            f"{field}: must be an object of feature values, not {json_type(values)}")
+    unknown = sorted(set(values) - set(ALL_FEATURES))
+    if unknown:
+        raise ValidationError(f"{field}: unknown feature name(s): {', '.join(unknown[:20])}")
+    missing = [name for name in MODEL_FEATURES if name not in values]
+    if missing:
+        raise ValidationError(
+            f"{field}: missing {len(missing)} required feature(s): {', '.join(missing)}")
+    out: dict[str, float] = {}
+    for name in ALL_FEATURES:
+        value = values.get(name)
+        if value is None and name in _JAXPR:
+            out[name] = math.nan
+        else:
+            out[name] = checked_number(value, f"{field}.{name}")
+    return Features(out, backend=backend, target=target)

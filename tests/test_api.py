@@ -1,0 +1,478 @@
+"""The HTTP service through Flask's test client: every endpoint, every error, exact bodies."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sqlite3
+
+import pytest
+from test_api_support import (
+    X,
+    bearer,
+    config,
+    error,
+    feature_body,
+    feature_values,
+    stablehlo,
+    train_artifact,
+    unrolled,
+)
+from threadpoolctl import threadpool_limits
+from werkzeug.exceptions import UnprocessableEntity
+
+import costmodel
+from costmodel._advise import advise_features
+from costmodel._predict import predict_features
+from costmodel.api import create_app
+from costmodel.api.config import load_config
+from costmodel.api.predict import require_finite
+from costmodel.features import MODEL_FEATURES, SCHEMA_VERSION, Features, from_stablehlo
+from costmodel.models import load
+
+PAIRS = "cpu, gpu/h100, gpu/a100, gpu/h200"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    # Two shared cores: OpenMP threads per prediction only contend.
+    with threadpool_limits(1):
+        yield
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return train_artifact(tmp_path_factory.mktemp("model") / "cpu")
+
+
+@pytest.fixture(scope="module")
+def artifact(model_dir):
+    return load(model_dir)
+
+
+@pytest.fixture
+def app(tmp_path, model_dir, monkeypatch):
+    for name in ("COSTMODEL_SAMPLES_DB", "COSTMODEL_RETRAIN_TOKEN", "COSTMODEL_RETRAIN_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    return create_app(config(tmp_path, model_dir))
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+# -- health, readiness, metadata --------------------------------------------------------
+
+def test_healthz(client):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json == {"status": "ok"}
+
+
+def test_readyz_with_a_verified_model(client):
+    response = client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json == {"status": "ready", "models": ["cpu"]}
+
+
+def test_readyz_without_models_is_503(tmp_path):
+    response = create_app(config(tmp_path, None)).test_client().get("/readyz")
+    assert response.status_code == 503
+    assert response.json == error(503, "Service Unavailable", "no model is loaded (no shipped "
+                                  "model and no MODEL_PATHS configured)")
+
+
+def test_tampered_model_is_not_loaded_and_readyz_says_why(tmp_path, model_dir):
+    import shutil
+
+    copy = tmp_path / "tampered"
+    shutil.copytree(model_dir, copy)
+    with open(copy / "estimator.joblib", "ab") as handle:
+        handle.write(b"\0")
+    client = create_app(config(tmp_path, copy)).test_client()
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json["description"].startswith("no model is loaded (cpu: sha256 mismatch")
+    assert client.get("/v1/models").json == {"models": []}
+
+
+def test_models_metadata(client, artifact):
+    response = client.get("/v1/models")
+    assert response.status_code == 200
+    (model,) = response.json["models"]
+    assert model["name"] == "test-tiny-0"
+    assert model["version"] == artifact.version
+    assert (model["backend"], model["target"]) == ("cpu", "")
+    assert model["schema_version"] == SCHEMA_VERSION
+    assert model["training_rows"] == 24
+    assert model["metrics"] == json.loads(json.dumps(artifact.manifest["metrics"]))
+    assert model["sha256"] == artifact.manifest["sha256"]
+
+
+# -- predictions ---------------------------------------------------------------------------
+
+def test_predict_stablehlo_equals_library_predict(client, artifact):
+    text = jax_text = costmodel.features.lower(unrolled(4), X)[1].as_text()
+    response = client.post("/v1/predict", json={"stablehlo": text, "backend": "cpu"})
+    assert response.status_code == 200
+    in_process = costmodel.predict(unrolled(4), X, backend="cpu", model=artifact).to_dict()
+    assert response.json == json.loads(json.dumps(in_process))
+    assert response.json == costmodel.predict_stablehlo(jax_text, model=artifact).to_dict()
+    assert response.json["model_version"] == artifact.version
+
+
+def test_predict_feature_vector_equals_predict_features(client, artifact):
+    values = feature_values(stablehlo(6))
+    response = client.post("/v1/predict", json={"features": values})
+    assert response.status_code == 200
+    expected = predict_features(Features(values, "cpu", ""), model=artifact).to_dict()
+    assert response.json == expected
+    by_text = client.post("/v1/predict", json={"stablehlo": stablehlo(6)}).json
+    assert by_text == expected
+
+
+def test_predict_batch_keeps_order_and_mixes_forms(client):
+    texts = [stablehlo(2), stablehlo(9)]
+    singles = [client.post("/v1/predict", json={"stablehlo": t}).json for t in texts]
+    response = client.post("/v1/predict", json={"instances": [
+        {"stablehlo": texts[0]}, {"features": feature_values(texts[1]), "backend": "cpu"}]})
+    assert response.status_code == 200
+    assert response.json == {"predictions": singles}
+    assert singles[0]["compile_seconds"] != singles[1]["compile_seconds"]
+
+
+def test_advise_equals_advise_features(client, artifact):
+    text = stablehlo(7)
+    response = client.post("/v1/advise", json={"stablehlo": text, "budget_seconds": 2.5})
+    assert response.status_code == 200
+    expected = advise_features(from_stablehlo(text), budget_seconds=2.5, model=artifact)
+    assert response.json == json.loads(json.dumps(expected.to_dict()))
+    assert response.json["budget_seconds"] == 2.5
+    default = client.post("/v1/advise", json={"stablehlo": text}).json
+    assert default["budget_seconds"] == 10.0
+
+
+def test_known_target_without_a_model_is_400(client):
+    response = client.post("/v1/predict", json={"stablehlo": stablehlo(), "backend": "gpu"})
+    assert response.status_code == 400
+    assert response.json == error(400, "Bad Request",
+                                  "no model is loaded for gpu/h100 on this server; loaded: cpu")
+
+
+def test_non_finite_prediction_is_422_not_invalid_json():
+    # JSON has no infinity: a model pushed far outside its data must not emit one.
+    with pytest.raises(UnprocessableEntity) as info:
+        require_finite({"compile_seconds": 1.0, "peak_memory_bytes_interval": [0.5, math.inf]},
+                       "instances[2].")
+    assert info.value.description == ("instances[2].these features lie so far outside the "
+                                      "training data that the prediction overflows")
+    with pytest.raises(UnprocessableEntity):
+        require_finite({"prediction": {"compile_seconds": math.nan}}, "")
+    assert require_finite({"a": [1.0, 2]}, "") == {"a": [1.0, 2]}
+
+
+# -- errors: one shape, exact status codes, never a 500 for bad input ----------------------
+
+def _missing_two() -> dict:
+    body = feature_body()
+    del body["features"]["hlo_ops"], body["features"]["dot_flops"]
+    return body
+
+
+BAD = "Bad Request"
+CASES = {
+    "not an object": ([1, 2], 400, BAD, "the request body must be a JSON object, not an array"),
+    "no program": ({"backend": "cpu"}, 400, BAD, "give exactly one of 'stablehlo' (module text) "
+                   "or 'features' (an object of feature values)"),
+    "both programs": ({"stablehlo": "x", **feature_body()}, 400, BAD,
+                      "give exactly one of 'stablehlo' (module text) or 'features' (an object "
+                      "of feature values); got both"),
+    "stablehlo not a string": ({"stablehlo": 42}, 400, BAD,
+                               "stablehlo: must be a string, not a number"),
+    "features not an object": ({"features": [1]}, 400, BAD,
+                               "features: must be an object of feature values, not an array"),
+    "missing features": (_missing_two(), 400, BAD,
+                         "features: missing 2 required feature(s): hlo_ops, dot_flops"),
+    "feature a string": (feature_body(hlo_ops="12"), 400, BAD,
+                         "features.hlo_ops: must be a number, not a string"),
+    "feature a boolean": (feature_body(while_count=True), 400, BAD,
+                          "features.while_count: must be a number, not a boolean"),
+    "feature null": (feature_body(hlo_ops=None), 400, BAD,
+                     "features.hlo_ops: must be a number, not null"),
+    "feature negative": (feature_body(dot_flops=-1), 400, BAD,
+                         "features.dot_flops: must be a number >= 0 and <= 1e+30, got -1"),
+    "feature huge": (feature_body(dot_flops=10**400), 400, BAD,
+                     f"features.dot_flops: must be a number >= 0 and <= 1e+30, got {10**400}"),
+    "unknown feature": (feature_body(hlo_opz=1), 400, BAD,
+                        "features: unknown feature name(s): hlo_opz"),
+    "unknown field": ({"stablehlo": "x", "model_path": "/tmp/evil"}, 400, BAD,
+                      "unknown field(s): model_path; allowed: stablehlo, features, backend, "
+                      "target"),
+    "unknown backend": ({"stablehlo": "x", "backend": "tpu"}, 400, BAD,
+                        f"unknown backend 'tpu'; known backends: cpu, gpu; known backend/target "
+                        f"pairs: {PAIRS}"),
+    "unknown target": ({"stablehlo": "x", "backend": "gpu", "target": "v100"}, 400, BAD,
+                       f"unknown target 'v100' for backend 'gpu'; known targets: h100, a100, "
+                       f"h200; known backend/target pairs: {PAIRS}"),
+    "cpu with a target": ({"stablehlo": "x", "backend": "cpu", "target": "h100"}, 400, BAD,
+                          f"unknown target 'h100' for backend 'cpu'; known targets: ''; known "
+                          f"backend/target pairs: {PAIRS}"),
+    "backend not a string": ({"stablehlo": "x", "backend": 1}, 400, BAD,
+                             "backend: must be a string, not a number"),
+    "empty stablehlo": ({"stablehlo": ""}, 400, BAD,
+                        "stablehlo: not a valid StableHLO module: empty StableHLO text"),
+    "module without a function": ({"stablehlo": "module {}"}, 400, BAD,
+                                  "stablehlo: not a valid StableHLO module: the module holds no "
+                                  "func.func"),
+    "nested too deeply": ({"stablehlo": "module {" * 300 + "}" * 300}, 400, BAD,
+                          "stablehlo: nests 300 levels deep; at most 256 are accepted"),
+    "instances not a list": ({"instances": {"stablehlo": "x"}}, 400, BAD,
+                             "instances: must be a non-empty array of programs"),
+    "instances empty": ({"instances": []}, 400, BAD,
+                        "instances: must be a non-empty array of programs"),
+    "instance not an object": ({"instances": [feature_body(), 3]}, 400, BAD,
+                               "instances[1]: must be an object, not a number"),
+    "bad instance": ({"instances": [feature_body(), feature_body(hlo_ops="x")]}, 400, BAD,
+                     "instances[1].features.hlo_ops: must be a number, not a string"),
+    "instances and more": ({"instances": [feature_body()], "backend": "cpu"}, 400, BAD,
+                           "unknown field(s): backend; allowed: instances"),
+}
+
+
+@pytest.mark.parametrize("body, code, name, description", CASES.values(), ids=CASES.keys())
+def test_predict_rejects_bad_bodies(client, body, code, name, description):
+    response = client.post("/v1/predict", json=body)
+    assert (response.status_code, response.json) == (code, error(code, name, description))
+
+
+def test_malformed_stablehlo_carries_the_parser_message(client):
+    response = client.post("/v1/predict", json={"stablehlo": "func.func @main( {"})
+    assert response.status_code == 400
+    description = response.json["description"]
+    assert description.startswith("stablehlo: not a valid StableHLO module: Unable to parse")
+    assert "error:" in description
+
+
+@pytest.mark.parametrize("data, start", [
+    (b'{"stablehlo": ', "the request body is not valid JSON: Expecting value"),
+    (b"", "the request body is not valid JSON: Expecting value"),
+    (b'{"features": {"hlo_ops": NaN}}', "the request body is not valid JSON: NaN is not a "
+                                        "JSON number"),
+    (b"\xff\xfe{", "the request body is not valid JSON: "),
+    (b"[" * 100_000 + b"]" * 100_000, "the request body is not valid JSON: nested too deeply"),
+])
+def test_malformed_json_is_400(client, data, start):
+    response = client.post("/v1/predict", data=data, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json["name"] == BAD and response.json["code"] == 400
+    assert response.json["description"].startswith(start)
+
+
+@pytest.mark.parametrize("content_type, shown", [("text/plain", "'text/plain'"),
+                                                 (None, "'no content type'")])
+def test_wrong_content_type_is_415(client, content_type, shown):
+    headers = {} if content_type is None else {"Content-Type": content_type}
+    response = client.post("/v1/predict", data=json.dumps(feature_body()), headers=headers)
+    assert response.status_code == 415
+    assert response.json == error(415, "Unsupported Media Type",
+                                  f"expected Content-Type: application/json, got {shown}")
+
+
+def test_body_over_max_content_length_is_413(client):
+    assert client.application.config["MAX_CONTENT_LENGTH"] == 8 * 2**20
+    body = json.dumps({"stablehlo": "x" * (8 * 2**20)})
+    response = client.post("/v1/predict", data=body, content_type="application/json")
+    assert response.status_code == 413
+    assert response.json["code"] == 413 and response.json["name"] == "Request Entity Too Large"
+
+
+def test_batch_limit(tmp_path, model_dir):
+    client = create_app(config(tmp_path, model_dir, MAX_BATCH=2)).test_client()
+    response = client.post("/v1/predict", json={"instances": [feature_body()] * 3})
+    assert response.json == error(400, BAD, "instances: at most 2 programs per request, got 3")
+
+
+@pytest.mark.parametrize("budget, description", [
+    (0, "budget_seconds: must be a number > 0 and <= 604800, got 0"),
+    (-3, "budget_seconds: must be a number > 0 and <= 604800, got -3"),
+    ("10", "budget_seconds: must be a number, not a string"),
+    (True, "budget_seconds: must be a number, not a boolean"),
+])
+def test_advise_rejects_bad_budgets(client, budget, description):
+    response = client.post("/v1/advise", json={"stablehlo": stablehlo(), "budget_seconds": budget})
+    assert (response.status_code, response.json) == (400, error(400, BAD, description))
+
+
+def test_unknown_route_and_method_are_json(client):
+    response = client.get("/v1/nothing")
+    assert response.status_code == 404
+    assert response.json["code"] == 404 and response.json["name"] == "Not Found"
+    response = client.get("/v1/predict")
+    assert response.status_code == 405
+    assert response.json["name"] == "Method Not Allowed"
+    assert "POST" in response.headers["Allow"]
+
+
+def test_unexpected_errors_are_json_500_and_logged(tmp_path, model_dir, caplog):
+    app = create_app(config(tmp_path, model_dir))
+
+    @app.get("/boom")
+    def boom():
+        raise RuntimeError("kaboom")
+
+    with caplog.at_level(logging.ERROR, logger="costmodel.api"):
+        response = app.test_client().get("/boom")
+    assert response.status_code == 500
+    assert response.json == error(500, "Internal Server Error",
+                                  "internal error; the server log has the details")
+    assert "kaboom" in caplog.text
+
+
+# -- samples ---------------------------------------------------------------------------------
+
+def test_sample_is_stored_durably(tmp_path, model_dir, client):
+    text = stablehlo(4)
+    response = client.post("/v1/samples", json={
+        "stablehlo": text, "compile_seconds": 1.5, "peak_rss_bytes": 2048,
+        "environment": {"cpu_model": "test", "cpu_count": 8, "note": None}})
+    assert response.status_code == 201
+    sample_id = response.json["id"]
+    assert response.json == {"id": sample_id, "backend": "cpu", "target": ""}
+    assert response.headers["Location"] == f"/v1/samples/{sample_id}"
+    # a second app on the same file: what a restart sees
+    again = create_app(config(tmp_path, model_dir)).test_client()
+    stored = again.get(f"/v1/samples/{sample_id}").json
+    assert stored["compile_seconds"] == 1.5
+    assert stored["peak_rss_bytes"] == 2048 and stored["executable_memory_bytes"] is None
+    assert stored["environment"] == {"cpu_model": "test", "cpu_count": 8, "note": None}
+    expected = from_stablehlo(text).to_dict()
+    assert {n: stored["features"][n] for n in MODEL_FEATURES} == {
+        n: expected[n] for n in MODEL_FEATURES}
+    assert stored["created_at"] and stored["schema_version"] == SCHEMA_VERSION
+    with sqlite3.connect(tmp_path / "samples.sqlite3") as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_samples_become_dataset_rows(client, app):
+    body = feature_body()
+    sample_id = client.post("/v1/samples", json={
+        **body, "compile_seconds": 0.25, "environment": {"cpu_model": "x", "evil": "y",
+                                                         "compile_seconds": 99}}).json["id"]
+    rows = app.extensions["costmodel"].samples.rows()
+    (row,) = rows.to_dict("records")
+    assert row["row_id"] == sample_id
+    assert (row["family"], row["status"], row["backend"], row["target"]) == (
+        "sample", "ok", "cpu", "")
+    assert row["compile_seconds"] == 0.25 and row["cpu_model"] == "x"
+    assert "evil" not in row
+    assert all(row[f"f_{n}"] == body["features"][n] for n in MODEL_FEATURES)
+
+
+SAMPLE_CASES = {
+    "no compile_seconds": ({}, "compile_seconds: required field is missing"),
+    "compile_seconds zero": ({"compile_seconds": 0},
+                             "compile_seconds: must be a number > 0 and <= 604800, got 0"),
+    "compile_seconds string": ({"compile_seconds": "1"},
+                               "compile_seconds: must be a number, not a string"),
+    "compile_seconds null": ({"compile_seconds": None},
+                             "compile_seconds: must be a number, not null"),
+    "negative rss": ({"compile_seconds": 1, "peak_rss_bytes": -5},
+                     "peak_rss_bytes: must be a number >= 0 and <= 1e+30, got -5"),
+    "environment a list": ({"compile_seconds": 1, "environment": []},
+                           "environment: must be an object, not an array"),
+    "nested environment": ({"compile_seconds": 1, "environment": {"a": {"b": 1}}},
+                           "environment.a: must be a string, number, boolean or null, not an "
+                           "object"),
+    "unknown field": ({"compile_seconds": 1, "family": "x"},
+                      "unknown field(s): family; allowed: stablehlo, features, backend, target, "
+                      "compile_seconds, peak_rss_bytes, executable_memory_bytes, environment"),
+}
+
+
+@pytest.mark.parametrize("extra, description", SAMPLE_CASES.values(), ids=SAMPLE_CASES.keys())
+def test_samples_reject_bad_bodies(client, app, extra, description):
+    response = client.post("/v1/samples", json={**feature_body(), **extra})
+    assert (response.status_code, response.json) == (400, error(400, BAD, description))
+    assert app.extensions["costmodel"].samples.count() == 0
+
+
+def test_unknown_sample_is_404(client):
+    response = client.get("/v1/samples/nope")
+    assert response.json == error(404, "Not Found", "no sample with id 'nope'")
+
+
+# -- retraining is off without a token, and guarded by it -----------------------------------
+
+def test_retrain_is_forbidden_without_a_configured_token(client):
+    for response in (client.post("/v1/retrain", headers=bearer()),
+                     client.get("/v1/retrain/abc", headers=bearer())):
+        assert response.status_code == 403
+        assert response.json == error(
+            403, "Forbidden", "retraining over HTTP is disabled on this server; the operator "
+            "turns it on by setting COSTMODEL_RETRAIN_TOKEN (config RETRAIN_TOKEN)")
+
+
+@pytest.mark.parametrize("headers", [{}, bearer("wrong"), {"Authorization": "Basic abc"},
+                                     bearer("test-retrain-token-012345678")])
+def test_retrain_needs_the_right_token(tmp_path, model_dir, headers):
+    from test_api_support import TOKEN
+
+    client = create_app(config(tmp_path, model_dir, RETRAIN_TOKEN=TOKEN)).test_client()
+    for response in (client.post("/v1/retrain", headers=headers),
+                     client.get("/v1/retrain/abc", headers=headers)):
+        assert response.status_code == 401
+        assert response.json == error(401, "Unauthorized", "missing or wrong token: send "
+                                      "'Authorization: Bearer <token>'")
+        assert response.headers["WWW-Authenticate"].lower().startswith("bearer")
+    assert client.get("/v1/retrain/abc", headers=bearer(TOKEN)).status_code == 404
+
+
+# -- configuration -------------------------------------------------------------------------
+
+def test_config_from_environment_and_mapping(tmp_path):
+    environ = {"COSTMODEL_SAMPLES_DB": str(tmp_path / "env.sqlite3"),
+               "COSTMODEL_RETRAIN_TOKEN": "from-env"}
+    merged = load_config(None, environ)
+    assert merged["SAMPLES_DB"] == tmp_path / "env.sqlite3"
+    assert merged["RETRAIN_DIR"] == tmp_path / "models"
+    assert merged["RETRAIN_TOKEN"] == "from-env"
+    assert merged["MAX_CONTENT_LENGTH"] == 8 * 2**20
+    assert load_config({"RETRAIN_TOKEN": "mapping"}, environ)["RETRAIN_TOKEN"] == "mapping"
+    assert load_config({}, {})["RETRAIN_TOKEN"] is None
+    assert load_config({"MODEL_PATHS": {"gpu/a100": "/m"}}, {})["MODEL_PATHS"] == {
+        ("gpu", "a100"): __import__("pathlib").Path("/m")}
+
+
+@pytest.mark.parametrize("bad", [{"MAX_CONTENT_LENGTH": 0}, {"RETRAIN_TOKEN": " "},
+                                 {"MODEL_PATHS": {("tpu", ""): "/m"}},
+                                 {"HOLDOUT_FRACTION": 1.0}])
+def test_bad_config_is_refused(bad):
+    with pytest.raises(ValueError):
+        load_config(bad, {})
+
+
+# -- the OpenAPI document -------------------------------------------------------------------
+
+def _routes(app) -> set[tuple[str, str]]:
+    out = set()
+    for rule in app.url_map.iter_rules():
+        path = rule.rule.replace("<", "{").replace(">", "}")
+        out |= {(path, method.lower()) for method in rule.methods - {"HEAD", "OPTIONS"}}
+    return out
+
+
+def test_openapi_documents_exactly_the_routes(client, app):
+    response = client.get("/openapi.json")
+    assert response.status_code == 200
+    document = response.json
+    documented = {(path, method) for path, item in document["paths"].items()
+                  for method in item}
+    assert documented == _routes(app)
+
+
+def test_openapi_document_is_valid_openapi_3(client):
+    from openapi_spec_validator import validate
+
+    validate(client.get("/openapi.json").json)

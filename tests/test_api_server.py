@@ -1,0 +1,171 @@
+"""End to end: the real gunicorn server (two workers) on a loopback port, spoken to over HTTP."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from test_api_support import (
+    TOKEN,
+    X,
+    bearer,
+    feature_body,
+    rows,
+    stablehlo,
+    train_artifact,
+    unrolled,
+    wait_for_job,
+    write_data,
+)
+
+import costmodel
+from costmodel.models import load
+
+HOST = "127.0.0.1"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    """A `costmodel.api.serve` subprocess and a tiny urllib client for it."""
+
+    def __init__(self, tmp, config: dict) -> None:
+        self.port = _free_port()
+        self.log = tmp / "server.log"
+        script = ("import json, sys\nfrom costmodel.api import serve\n"
+                  "serve(sys.argv[1], int(sys.argv[2]), workers=2, "
+                  "config=json.loads(sys.argv[3]))\n")
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", script, HOST, str(self.port), json.dumps(config)],
+                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+    def request(self, method: str, path: str, body=None, headers=None) -> tuple[int, dict]:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json", **(headers or {})}
+        req = urllib.request.Request(f"http://{HOST}:{self.port}{path}", data=data,
+                                     headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=60) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited: {self.log.read_text()[-3000:]}")
+            try:
+                if self.request("GET", "/readyz")[0] == 200:
+                    return
+            except (OSError, http.client.HTTPException):
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"server not ready: {self.log.read_text()[-3000:]}")
+
+    def stop(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait(10)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return train_artifact(tmp_path_factory.mktemp("model") / "cpu", seed=1, scale=30.0)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, model_dir):
+    tmp = tmp_path_factory.mktemp("server")
+    data = write_data(tmp / "cpu.parquet", rows(30, seed=2))
+    server = Server(tmp, {
+        "SAMPLES_DB": str(tmp / "samples.sqlite3"), "RETRAIN_DIR": str(tmp / "retrained"),
+        "MODEL_PATHS": {"cpu": str(model_dir)}, "TRAINING_DATA": [str(data)],
+        "RETRAIN_TOKEN": TOKEN, "RETRAIN_MIN_ROWS": 10, "MODEL_SYNC_SECONDS": 0.5})
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        assert server.stop() == 0, server.log.read_text()[-3000:]
+
+
+def test_serves_predictions_identical_to_the_library(server, model_dir):
+    text = costmodel.features.lower(unrolled(4), X)[1].as_text()
+    status, body = server.request("POST", "/v1/predict", {"stablehlo": text})
+    assert status == 200
+    assert body == costmodel.predict(unrolled(4), X, backend="cpu",
+                                     model=load(model_dir)).to_dict()
+    status, batch = server.request("POST", "/v1/predict", {"instances": [feature_body()] * 3})
+    assert status == 200 and len(batch["predictions"]) == 3
+
+
+def test_errors_over_http(server):
+    assert server.request("POST", "/v1/predict", {"features": {}})[0] == 400
+    assert server.request("POST", "/v1/predict", {"stablehlo": "x"},
+                          {"Content-Type": "text/plain"})[0] == 415
+    status, body = server.request("GET", "/v1/predict")
+    assert (status, body["name"]) == (405, "Method Not Allowed")
+
+
+def test_oversized_body_is_413_before_it_is_read(server):
+    conn = http.client.HTTPConnection(HOST, server.port, timeout=30)
+    conn.putrequest("POST", "/v1/predict")
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Content-Length", str(9 * 2**20))
+    conn.endheaders(b'{"stablehlo": "')
+    response = conn.getresponse()
+    assert response.status == 413
+    assert json.loads(response.read())["name"] == "Request Entity Too Large"
+    conn.close()
+
+
+def test_deeply_nested_module_does_not_kill_a_worker(server):
+    # 20000 nested regions overflow the MLIR parser's stack: the worker would segfault.
+    text = "module {" * 20000 + "}" * 20000
+    status, body = server.request("POST", "/v1/predict", {"stablehlo": text})
+    assert (status, body["description"]) == (
+        400, "stablehlo: nests 20000 levels deep; at most 256 are accepted")
+    assert server.request("GET", "/healthz") == (200, {"status": "ok"})
+
+
+def test_samples_and_retrain_across_workers(server):
+    status, created = server.request("POST", "/v1/samples",
+                                     {"stablehlo": stablehlo(3), "compile_seconds": 0.2})
+    assert status == 201
+    assert server.request("GET", f"/v1/samples/{created['id']}")[0] == 200
+    old = server.request("GET", "/v1/models")[1]["models"][0]["version"]
+    assert server.request("POST", "/v1/retrain")[0] == 401
+    status, accepted = server.request("POST", "/v1/retrain", headers=bearer())
+    assert status == 202
+
+    def get(job_id):
+        # Either worker may answer: both must know the job.
+        status, job = server.request("GET", f"/v1/retrain/{job_id}", headers=bearer())
+        assert status == 200, job
+        return job
+
+    job = wait_for_job(get, accepted["job"])
+    assert job["status"] == "succeeded" and job["swapped"], job
+    new = job["results"][0]["version"]
+    assert new != old
+    time.sleep(0.6)  # MODEL_SYNC_SECONDS: the other worker looks for promotions this often
+    for _ in range(8):
+        assert server.request("GET", "/v1/models")[1]["models"][0]["version"] == new
+        assert server.request("POST", "/v1/predict", feature_body())[1]["model_version"] == new
