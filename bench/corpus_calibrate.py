@@ -20,6 +20,7 @@ import sys
 import time
 
 import jax
+
 from costmodel.training import corpus
 
 

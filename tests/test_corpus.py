@@ -9,6 +9,7 @@ import json
 import jax
 import numpy as np
 import pytest
+
 from costmodel.training import corpus
 
 FAMILY_NAMES = sorted(corpus.FAMILIES)

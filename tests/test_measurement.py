@@ -9,8 +9,13 @@ import pytest
 
 from costmodel.features import ALL_FEATURES
 from costmodel.training import dataset
-from costmodel.training.harness import CacheHitError, CompileEvents, Placement, compile_once
-from costmodel.training.harness import optimized_hlo_stats
+from costmodel.training.harness import (
+    CacheHitError,
+    CompileEvents,
+    Placement,
+    compile_once,
+    optimized_hlo_stats,
+)
 from costmodel.training.runner import run_child
 from costmodel.training.sweep import SweepConfig, run_sweep
 
