@@ -19,6 +19,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+# Imported here, not where used: threadpoolctl can only limit an OpenMP runtime that is
+# already loaded, and trees spinning on more threads than a busy machine grants run 50x
+# slower.
+from sklearn.ensemble import HistGradientBoostingRegressor
+
 from costmodel.features import MODEL_FEATURES
 
 from .dataset import FEATURE_PREFIX
@@ -32,11 +37,17 @@ TARGETS = ("compile_seconds", "peak_rss_bytes", "executable_memory_bytes")
 # program can be a few bytes. Compile time is always positive.
 LOG_OFFSETS = {"compile_seconds": 0.0, "peak_rss_bytes": float(2**20),
                "executable_memory_bytes": float(2**10)}
-# Size counts of the power-law baseline, per target (each enters as log(1 + count)).
+# How each target's baseline is fitted (see `CompileCostModel`).
+BASELINE_FORMS = {"compile_seconds": "overhead", "peak_rss_bytes": "overhead",
+                  "executable_memory_bytes": "within"}
+# Size terms of the regression that estimates how much load drift shows in compile seconds.
+DRIFT_TERMS = ("hlo_ops_inlined", "hlo_ops_trip_weighted")
+# Size counts of the baseline, per target (each enters as log(1 + count)).
 BASELINE_TERMS = {
     "compile_seconds": ("hlo_ops_inlined", "hlo_ops_trip_weighted"),
     "peak_rss_bytes": ("hlo_ops_inlined", "hlo_ops_trip_weighted", "tensor_sum_elements"),
-    "executable_memory_bytes": ("tensor_sum_elements", "input_bytes", "output_bytes"),
+    "executable_memory_bytes": ("hlo_ops_inlined", "tensor_sum_elements",
+                                "tensor_max_elements", "io_bytes"),
 }
 _EPS = 1e-12
 
@@ -51,23 +62,26 @@ def from_log(target: str, values: np.ndarray) -> np.ndarray:
     return np.maximum(np.exp(values) - LOG_OFFSETS[target], 0.0)
 
 
-def _log_counts(X: pd.DataFrame, names: Sequence[str]) -> np.ndarray:
-    counts = X.loc[:, list(names)].to_numpy(float)
-    return np.log1p(np.nan_to_num(np.maximum(counts, 0.0)))
-
-
-def _tree_inputs(X: pd.DataFrame, features: Sequence[str]) -> np.ndarray:
-    """Model features plus a few ratios trees cannot form by themselves."""
+def _augment(X: pd.DataFrame) -> pd.DataFrame:
+    """Model features plus derived sizes and ratios (trees cannot form ratios themselves)."""
     def safe(name: str) -> np.ndarray:
         return np.maximum(X[name].to_numpy(float), 1.0)
 
-    ratios = np.column_stack([
-        safe("hlo_ops_trip_weighted") / safe("hlo_ops_inlined"),  # how much loops multiply
-        safe("hlo_ops_inlined") / safe("hlo_ops"),                 # how much inlining adds
-        safe("hlo_ops_inlined") / safe("hlo_functions"),
-        safe("dot_flops") / safe("hlo_ops_inlined"),
-    ])
-    return np.column_stack([X.loc[:, list(features)].to_numpy(float), np.log(ratios)])
+    derived = pd.DataFrame({
+        "io_bytes": X["input_bytes"].to_numpy(float) + X["output_bytes"].to_numpy(float),
+        "unroll_ratio": safe("hlo_ops_trip_weighted") / safe("hlo_ops_inlined"),
+        "inline_ratio": safe("hlo_ops_inlined") / safe("hlo_ops"),
+        "ops_per_function": safe("hlo_ops_inlined") / safe("hlo_functions"),
+        "flops_per_op": safe("dot_flops") / safe("hlo_ops_inlined"),
+        # long chains over few inputs (unrolled loops) against wide programs over many
+        "ops_per_param": safe("hlo_ops_inlined") / safe("param_count"),
+    }, index=X.index)
+    return pd.concat([X, derived], axis=1)
+
+
+def _log_counts(X: pd.DataFrame, names: Sequence[str]) -> np.ndarray:
+    counts = X.loc[:, list(names)].to_numpy(float)
+    return np.log1p(np.nan_to_num(np.maximum(counts, 0.0)))
 
 
 class CompileCostModel:
@@ -76,13 +90,22 @@ class CompileCostModel:
     Args:
         coverage: Nominal coverage of the prediction intervals.
         n_folds: Folds for the out-of-fold residuals the intervals come from.
-        reference_power: How much of the reference program's timing to divide out of
-            compile seconds (1: model `compile / ref`, 0: raw seconds); removes drift.
+        reference_power: Exponent of the reference timing divided out of compile seconds
+            (1: model `compile / ref`, 0: raw seconds; None: fit it). Removes drift and
+            load; predictions are for a machine whose reference takes the median time.
         baseline_terms: Size counts of the power law per target (defaults:
             `BASELINE_TERMS`); an empty tuple leaves only an intercept (a plain tree).
+        baseline: Form of the baseline per target (defaults: `BASELINE_FORMS`).
+            "within": the power law's exponents come from how programs of one family scale
+            as they grow, its level from all rows (the trees learn each kind of program's
+            level from its op mix); "pooled": one least-squares fit of all rows;
+            "overhead": a fixed cost plus a power law (see `overhead_power_law`), whose
+            growth past the fixed cost is steeper than a plain power law's.
         residual_model: Fit boosted trees on the baseline's residual (False: baseline only).
         max_iter, learning_rate, max_leaf_nodes, min_samples_leaf, l2_regularization:
             Passed to `HistGradientBoostingRegressor`.
+        n_threads: OpenMP threads for the trees while fitting and predicting; on small
+            data one is as fast, and many spin badly on a busy machine.
         random_state: Seed for fold shuffling and the trees.
 
     Example:
@@ -90,21 +113,27 @@ class CompileCostModel:
         >>> model.predict(X_new)["compile_seconds"]["hi"]
     """
 
-    def __init__(self, *, coverage: float = 0.9, n_folds: int = 5, reference_power: float = 1.0,
+    def __init__(self, *, coverage: float = 0.9, n_folds: int = 5,
+                 reference_power: float | None = None,
                  baseline_terms: Mapping[str, Sequence[str]] | None = None,
-                 residual_model: bool = True, max_iter: int = 300, learning_rate: float = 0.05,
+                 baseline: Mapping[str, str] | None = None, residual_model: bool = True,
+                 max_iter: int = 100,
+                 learning_rate: float = 0.1,
                  max_leaf_nodes: int = 15, min_samples_leaf: int = 10,
-                 l2_regularization: float = 1.0, random_state: int = 0) -> None:
+                 l2_regularization: float = 1.0, n_threads: int = 1,
+                 random_state: int = 0) -> None:
         self.coverage = coverage
         self.n_folds = n_folds
         self.reference_power = reference_power
         self.baseline_terms = baseline_terms
+        self.baseline = baseline
         self.residual_model = residual_model
         self.max_iter = max_iter
         self.learning_rate = learning_rate
         self.max_leaf_nodes = max_leaf_nodes
         self.min_samples_leaf = min_samples_leaf
         self.l2_regularization = l2_regularization
+        self.n_threads = n_threads
         self.random_state = random_state
 
     def fit(self, X: pd.DataFrame, y: Mapping[str, Sequence[float]], *,
@@ -118,6 +147,13 @@ class CompileCostModel:
             groups: Program family per row; out-of-fold residuals hold out whole groups.
             reference: Seconds of the reference compile measured with each row.
         """
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=self.n_threads, user_api="openmp"):
+            return self._fit(X, y, groups, reference)
+
+    def _fit(self, X: pd.DataFrame, y: Mapping[str, Sequence[float]], groups: Sequence | None,
+             reference: Sequence[float] | None) -> CompileCostModel:
         self.feature_names_in_ = list(MODEL_FEATURES)
         X = self._checked(X)
         unknown = sorted(set(y) - set(TARGETS))
@@ -126,12 +162,13 @@ class CompileCostModel:
         groups = None if groups is None else np.asarray(groups)
         drift = np.zeros(len(X))
         self.reference_seconds_ = None
-        if reference is not None and self.reference_power:
+        if reference is not None:
             reference = np.asarray(reference, float)
             self.reference_seconds_ = float(np.nanmedian(reference))
-            drift = self.reference_power * np.nan_to_num(
-                np.log(reference / self.reference_seconds_))
+            drift = np.nan_to_num(np.log(reference / self.reference_seconds_))
         self.terms_ = {t: tuple((self.baseline_terms or BASELINE_TERMS).get(t, ())) for t in y}
+        self.forms_ = {t: {**BASELINE_FORMS, **(self.baseline or {})}[t] for t in y}
+        self.reference_power_ = 0.0
         self.models_: dict[str, dict] = {}
         for target, values in y.items():
             values = np.asarray(values, float)
@@ -141,9 +178,11 @@ class CompileCostModel:
             if keep.sum() < 2:
                 raise ValueError(f"too few rows with a {target} label ({int(keep.sum())})")
             z = to_log(target, values[keep])
-            if target == "compile_seconds":
-                z = z - drift[keep]
             Xt = X[keep].reset_index(drop=True)
+            if target == "compile_seconds" and reference is not None:
+                self.reference_power_ = self._drift_power(
+                    Xt, z, drift[keep], None if groups is None else groups[keep])
+                z = z - self.reference_power_ * drift[keep]
             self.models_[target] = self._fit_target(
                 target, Xt, z, None if groups is None else groups[keep])
         self.targets_ = tuple(y)
@@ -166,28 +205,43 @@ class CompileCostModel:
 
     def predict_log(self, X: pd.DataFrame) -> dict[str, np.ndarray]:
         """Point estimates on the modelled (log) scale, per target."""
+        from threadpoolctl import threadpool_limits
+
         self._check_fitted()
         X = self._checked(X)
-        return {target: self._predict_target(target, fitted, X)
-                for target, fitted in self.models_.items()}
+        with threadpool_limits(limits=self.n_threads, user_api="openmp"):
+            return {target: self._predict_target(target, fitted, X)
+                    for target, fitted in self.models_.items()}
+
+    def _drift_power(self, X: pd.DataFrame, z: np.ndarray, drift: np.ndarray,
+                     groups: np.ndarray | None) -> float:
+        if self.reference_power is not None:
+            return float(self.reference_power)
+        return drift_power(_log_counts(X, DRIFT_TERMS), z, drift, groups)
 
     def _fit_target(self, target: str, X: pd.DataFrame, z: np.ndarray,
                     groups: np.ndarray | None) -> dict:
-        fitted = self._fit_parts(target, X, z)
-        oof = np.full(len(z), np.nan)
+        fitted = self._fit_parts(target, X, z, groups)
+        base, trees = np.full(len(z), np.nan), np.zeros(len(z))
         for train, test in self._folds(len(z), groups):
-            parts = self._fit_parts(target, X.iloc[train], z[train])
-            oof[test] = self._predict_target(target, parts, X.iloc[test])
-        residual = (z - oof)[np.isfinite(oof)]
+            parts = self._fit_parts(target, X.iloc[train], z[train],
+                                    None if groups is None else groups[train])
+            base[test], trees[test] = self._predict_parts(target, parts, X.iloc[test])
+        seen = np.isfinite(base)
+        residual = (z - base - trees)[seen]
         fitted["lo"], fitted["hi"] = conformal_bounds(residual, self.coverage)
         fitted["oof_residual_mad"] = float(np.median(np.abs(residual))) if len(residual) else None
         return fitted
 
-    def _fit_parts(self, target: str, X: pd.DataFrame, z: np.ndarray) -> dict:
-        from sklearn.ensemble import HistGradientBoostingRegressor
-
-        design = np.column_stack([np.ones(len(X)), _log_counts(X, self.terms_[target])])
-        coef = np.linalg.lstsq(design, z, rcond=None)[0]
+    def _fit_parts(self, target: str, X: pd.DataFrame, z: np.ndarray,
+                   groups: np.ndarray | None) -> dict:
+        form = self.forms_[target]
+        inputs = _log_counts(X, self.terms_[target])
+        if form == "overhead" and inputs.shape[1]:
+            coef = overhead_power_law(inputs, z, groups)
+        else:
+            coef = power_law_coef(inputs, z, groups if form == "within" else None)
+        base = _baseline(coef, inputs, form)
         booster = None
         if self.residual_model and len(z) >= 2 * self.min_samples_leaf:
             booster = HistGradientBoostingRegressor(
@@ -195,20 +249,26 @@ class CompileCostModel:
                 max_leaf_nodes=self.max_leaf_nodes, min_samples_leaf=self.min_samples_leaf,
                 l2_regularization=self.l2_regularization, early_stopping=False,
                 random_state=self.random_state)
-            booster.fit(_tree_inputs(X, self.feature_names_in_), z - design @ coef)
+            booster.fit(X.to_numpy(float), z - base)
         return {"coef": coef, "booster": booster}
 
-    def _predict_target(self, target: str, fitted: dict, X: pd.DataFrame) -> np.ndarray:
-        design = np.column_stack([np.ones(len(X)), _log_counts(X, self.terms_[target])])
-        z = design @ fitted["coef"]
+    def _predict_parts(self, target: str, fitted: dict,
+                       X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        form = self.forms_[target]
+        base = _baseline(fitted["coef"], _log_counts(X, self.terms_[target]), form)
+        trees = np.zeros(len(X))
         if fitted["booster"] is not None:
-            z = z + fitted["booster"].predict(_tree_inputs(X, self.feature_names_in_))
-        return z
+            trees = fitted["booster"].predict(X.to_numpy(float))
+        return base, trees
+
+    def _predict_target(self, target: str, fitted: dict, X: pd.DataFrame) -> np.ndarray:
+        base, trees = self._predict_parts(target, fitted, X)
+        return base + trees
 
     def _folds(self, n: int, groups: np.ndarray | None) -> list[tuple[np.ndarray, np.ndarray]]:
         from sklearn.model_selection import GroupKFold, KFold
 
-        if n < 2 * self.n_folds:
+        if self.n_folds < 2 or n < 2 * self.n_folds:
             return []
         if groups is not None and len(np.unique(groups)) >= 2:
             splitter = GroupKFold(n_splits=min(self.n_folds, len(np.unique(groups))))
@@ -228,7 +288,92 @@ class CompileCostModel:
         missing = [name for name in self.feature_names_in_ if name not in X.columns]
         if missing:
             raise ValueError(f"missing feature columns ({len(missing)}): {', '.join(missing)}")
-        return X.loc[:, self.feature_names_in_].astype(float)
+        return _augment(X.loc[:, self.feature_names_in_].astype(float))
+
+
+def power_law_coef(logs: np.ndarray, z: np.ndarray,
+                   groups: np.ndarray | None = None) -> np.ndarray:
+    """Intercept and exponents of `z ~ a + logs @ b` by least squares.
+
+    With `groups`, the exponents are fitted to within-group variation only (both sides
+    centred on their group means), so differences in level between groups do not bend
+    the slope; the intercept then centres the residual over all rows.
+    """
+    if logs.shape[1] == 0 or groups is None or len(np.unique(groups)) == len(groups):
+        return np.linalg.lstsq(np.column_stack([np.ones(len(z)), logs]), z, rcond=None)[0]
+    frame = pd.DataFrame(np.column_stack([logs, z]), index=np.asarray(groups))
+    centred = (frame - frame.groupby(level=0).transform("mean")).to_numpy()
+    slope = np.linalg.lstsq(centred[:, :-1], centred[:, -1], rcond=None)[0]
+    return np.concatenate([[np.mean(z - logs @ slope)], slope])
+
+
+def drift_power(logs: np.ndarray, z: np.ndarray, drift: np.ndarray,
+                groups: np.ndarray | None = None) -> float:
+    """How much of the reference timing's variation shows in compile seconds: the exponent
+    of `ref / median ref` fitted next to the size terms `logs`, clipped to [0, 1]."""
+    if not np.any(drift):
+        return 0.0
+    coef = power_law_coef(np.column_stack([logs, drift]), z, groups)
+    return float(np.clip(coef[-1], 0.0, 1.0))
+
+
+def normalized_seconds(rows: pd.DataFrame) -> tuple[np.ndarray, float]:
+    """Compile seconds of dataset rows as if measured at the median reference time, and the
+    power of `ref / median ref` divided out (fitted on these rows, within families).
+
+    Rows are measured under varying load; this is the drift-free label evaluation uses.
+    """
+    seconds = pd.to_numeric(rows["compile_seconds"], errors="coerce").to_numpy(float)
+    if "ref_seconds" not in rows:
+        return seconds, 0.0
+    ref = pd.to_numeric(rows["ref_seconds"], errors="coerce").to_numpy(float)
+    keep = (seconds > 0) & (ref > 0)
+    if keep.sum() < 3:
+        return seconds, 0.0
+    drift = np.where(ref > 0, np.log(np.where(ref > 0, ref, 1.0) / np.median(ref[keep])), 0.0)
+    logs = _log_counts(_augment(features_frame(rows)), DRIFT_TERMS)
+    power = drift_power(logs[keep], np.log(seconds[keep]), drift[keep],
+                        families(rows)[keep])
+    return seconds * np.exp(-power * drift), power
+
+
+def overhead_power_law(logs: np.ndarray, z: np.ndarray,
+                       groups: np.ndarray | None = None) -> np.ndarray:
+    """`[a0, a1, b...]` of `z ~ log(exp(a0) + exp(a1 + logs @ b))`: a fixed cost plus a power
+    law, exponent of the first term in [0, 2] (HLO passes are at most quadratic), the
+    others in [0, 1].
+
+    Below a few hundred ops compile time is mostly fixed cost; a plain power law fitted to
+    all sizes bends its exponent down to fit that floor and underestimates large compiles.
+    With `groups`, each group gets its own `a1` while fitting (levels differ by kind of
+    program, the growth does not); the returned `a1` is then refitted over all rows.
+    """
+    from scipy.optimize import least_squares
+
+    k = logs.shape[1]
+    codes = np.unique(groups, return_inverse=True)[1] if groups is not None else np.zeros(
+        len(z), int)
+    n_groups = codes.max() + 1
+    start = power_law_coef(logs, z)
+
+    def residual(p: np.ndarray) -> np.ndarray:
+        return np.logaddexp(p[0], p[1 + codes] + logs @ p[1 + n_groups:]) - z
+
+    lower = np.r_[-np.inf, np.full(n_groups, -np.inf), np.zeros(k)]
+    upper = np.r_[np.inf, np.full(n_groups, np.inf), 2.0, np.ones(k - 1)]
+    slope = np.clip(start[1:], lower[1 + n_groups:] + 1e-6, upper[1 + n_groups:] - 1e-6)
+    p0 = np.r_[np.log(np.exp(z).min()), np.full(n_groups, np.median(z - logs @ slope)), slope]
+    p = least_squares(residual, p0, bounds=(lower, upper), loss="soft_l1", f_scale=0.5).x
+    a0, b = p[0], p[1 + n_groups:]
+    a1 = least_squares(lambda a: np.logaddexp(a0, a[0] + logs @ b) - z,
+                       [np.median(p[1:1 + n_groups])], loss="soft_l1", f_scale=0.5).x[0]
+    return np.r_[a0, a1, b]
+
+
+def _baseline(coef: np.ndarray, logs: np.ndarray, form: str) -> np.ndarray:
+    if form == "overhead" and logs.shape[1]:
+        return np.logaddexp(coef[0], coef[1] + logs @ coef[2:])
+    return coef[0] + logs @ coef[1:]
 
 
 def conformal_bounds(residual: np.ndarray, coverage: float) -> tuple[float, float]:
@@ -242,8 +387,9 @@ def conformal_bounds(residual: np.ndarray, coverage: float) -> tuple[float, floa
     if n == 0:
         return -math.inf, math.inf
     tail = (1.0 - coverage) / 2.0
-    upper = math.ceil((n + 1) * (1.0 - tail))
-    lower = math.floor((n + 1) * tail)
+    # the epsilon keeps float noise ((1 - 0.9) / 2 * 40 = 1.9999...) off the rank
+    upper = math.ceil((n + 1) * (1.0 - tail) - 1e-9)
+    lower = math.floor((n + 1) * tail + 1e-9)
     hi = residual[upper - 1] if upper <= n else math.inf
     lo = residual[lower - 1] if lower >= 1 else -math.inf
     return float(lo), float(hi)
@@ -265,6 +411,13 @@ def features_frame(rows: pd.DataFrame) -> pd.DataFrame:
     return rows.loc[:, list(columns)].rename(columns=columns).astype(float)
 
 
+def families(rows: pd.DataFrame) -> np.ndarray:
+    """Program family per row ("unknown" where a row has none)."""
+    if "family" not in rows:
+        return np.full(len(rows), "unknown", dtype=object)
+    return rows["family"].fillna("unknown").astype(str).to_numpy()
+
+
 def labels(rows: pd.DataFrame) -> dict[str, np.ndarray]:
     """Label arrays by target (NaN where a row has none)."""
     return {t: pd.to_numeric(rows[t], errors="coerce").to_numpy(float)
@@ -282,7 +435,7 @@ def train(data: pd.DataFrame, backend: str, target: str = "", **params) -> Compi
         raise ValueError(f"no ok rows for backend={backend!r} target={target!r}")
     reference = rows["ref_seconds"].to_numpy(float) if "ref_seconds" in rows else None
     return CompileCostModel(**params).fit(features_frame(rows), labels(rows),
-                                          groups=rows["family"].to_numpy(), reference=reference)
+                                          groups=families(rows), reference=reference)
 
 
 def retrain(data: pd.DataFrame, backend: str, target: str, out: Path, name: str) -> Artifact:
@@ -318,7 +471,7 @@ def build_default(data_paths: Sequence[str | Path], backend: str = "cpu", target
     result = run_evaluation(rows, backend, target)
     estimator = train(rows, backend, target)
     artifact = save(estimator, out, backend=backend, target=target, data=rows,
-                    metrics=result.report, name=f"default-{out.name}")
+                    metrics=result.report, name=f"costmodel-{out.name}")
     figures = plots.write_all(result.predictions, rows, estimator, out)
     write_card(out / "MODEL_CARD.md", artifact.manifest, result.report, rows, figures)
     return artifact

@@ -22,8 +22,9 @@ from . import dataset
 from .machine import environment
 from .runner import DEFAULT_MEMORY_LIMIT, DEFAULT_TIMEOUT, run_child
 
-# Two compiles at once on a 2-core machine slow each other by ~1.3-2x (XLA compiles with
-# more than one thread); one worker keeps timings clean there. See the dataset card.
+# XLA compiles with more than one thread, so concurrent measurements on a 2-core machine
+# share cores and inflate each other's times: one worker is the default there. The shipped
+# data was measured two at a time and carries `ref_seconds` to normalize (dataset card).
 DEFAULT_WORKERS = 1
 
 

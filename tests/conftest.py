@@ -1,0 +1,44 @@
+"""Shared fixtures."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from costmodel.features import MODEL_FEATURES
+
+
+def make_rows(ops: np.ndarray, seed: int = 0, families: int = 4) -> pd.DataFrame:
+    """Dataset-shaped rows with exact labels: compile = 1e-6 * ops^2 s, peak RSS =
+    4096 * ops bytes, executable = 8 * tensor elements bytes; the reference compile
+    takes 0.1 s. Other features are noise the model must learn to ignore."""
+    rng = np.random.default_rng(seed)
+    ops = np.asarray(ops, float)
+    n = len(ops)
+    data = {f"f_{name}": rng.uniform(0, 100, n) for name in MODEL_FEATURES}
+    elements = rng.uniform(1e3, 1e7, n)
+    for name in ("hlo_ops", "hlo_ops_inlined", "hlo_ops_trip_weighted"):
+        data[f"f_{name}"] = ops
+    data["f_tensor_sum_elements"] = elements
+    seconds = 1e-6 * ops**2
+    return pd.DataFrame({
+        "row_id": [f"r{seed}-{i}" for i in range(n)],
+        "family": [f"fam{i % families}" for i in range(n)],
+        "status": "ok", "backend": "cpu", "target": "",
+        "compile_seconds": seconds,
+        "compile_seconds_all": [json.dumps([s, s * 1.1, s * 0.95]) for s in seconds],
+        "peak_rss_bytes": 4096.0 * ops,
+        "executable_memory_bytes": 8.0 * elements,
+        "ref_seconds": 0.1,
+        "jax_version": "0.10.2", "jaxlib_version": "0.10.2", "cpu_model": "test-cpu",
+        **data,
+    })
+
+
+@pytest.fixture
+def synthetic_rows():
+    """Factory of exact synthetic dataset rows: `synthetic_rows(ops, seed=0, families=4)`."""
+    return make_rows

@@ -1,0 +1,120 @@
+"""The estimator: extrapolation through the baseline, intervals, input checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.exceptions import NotFittedError
+
+from costmodel.training.fit import (
+    CompileCostModel,
+    conformal_bounds,
+    features_frame,
+    labels,
+    overhead_power_law,
+    power_law_coef,
+    train,
+)
+
+# Small trees keep the suite fast; the behaviour under test does not depend on size.
+FAST = {"max_iter": 30, "n_folds": 3, "learning_rate": 0.2}
+
+
+@pytest.fixture(scope="module")
+def quadratic():
+    from conftest import make_rows
+
+    rng = np.random.default_rng(0)
+    return make_rows(rng.uniform(100, 2000, 150)), make_rows(np.array([5000.0, 20000.0]), seed=1)
+
+
+def test_baseline_extrapolates_quadratic_compile_time_tenfold(quadratic):
+    train_rows, big = quadratic
+    model = train(train_rows, "cpu", "", **FAST)
+    pred = model.predict(features_frame(big))["compile_seconds"]["point"]
+    ratio = pred / labels(big)["compile_seconds"]  # ops 20000 is 10x the largest trained
+    assert np.all((ratio > 1 / 1.5) & (ratio < 1.5)), ratio
+
+
+def test_plain_trees_cannot_extrapolate(quadratic):
+    train_rows, big = quadratic
+    model = train(train_rows, "cpu", "", baseline_terms={"compile_seconds": ()}, **FAST)
+    pred = model.predict(features_frame(big))["compile_seconds"]["point"]
+    # Trees stop at the largest training compile, 1e-6 * 2000^2 = 4 s, against 400 s.
+    assert pred[1] / labels(big)["compile_seconds"][1] < 0.02
+
+
+def test_intervals_cover_ninety_percent_of_fresh_noisy_compiles():
+    from conftest import make_rows
+
+    rng = np.random.default_rng(3)
+    rows, fresh = make_rows(rng.uniform(100, 2000, 300)), make_rows(rng.uniform(100, 2000, 2000))
+    rows["compile_seconds"] *= np.exp(rng.normal(0, 0.3, len(rows)))
+    fresh["compile_seconds"] *= np.exp(rng.normal(0, 0.3, len(fresh)))
+    model = train(rows, "cpu", "", **FAST)
+    pred = model.predict(features_frame(fresh))["compile_seconds"]
+    inside = (fresh["compile_seconds"] >= pred["lo"]) & (fresh["compile_seconds"] <= pred["hi"])
+    assert 0.85 <= inside.mean() <= 0.95
+    # lognormal sigma 0.3: the central 90% band spans exp(2 * 1.645 * 0.3) = 2.68x
+    width = np.median(pred["hi"] / pred["lo"])
+    assert 2.2 < width < 3.3
+
+
+def test_reference_timing_divides_out_drift():
+    from conftest import make_rows
+
+    rng = np.random.default_rng(4)
+    rows = make_rows(rng.uniform(100, 2000, 200))
+    slow = np.arange(len(rows)) % 5 >= 3  # 40% of rows measured on a machine twice as slow
+    rows.loc[slow, "ref_seconds"] = 0.2
+    rows.loc[slow, "compile_seconds"] *= 2
+    probe = make_rows(np.array([500.0, 1500.0]), seed=2)
+    expected = labels(probe)["compile_seconds"]  # seconds at the median reference, 0.1 s
+    normalized = train(rows, "cpu", "", reference_power=1.0, **FAST)
+    raw = train(rows, "cpu", "", reference_power=0.0, **FAST)
+    ratio = normalized.predict(features_frame(probe))["compile_seconds"]["point"] / expected
+    assert np.all(np.abs(ratio - 1) < 0.05), ratio
+    assert normalized.reference_seconds_ == pytest.approx(0.1)
+    raw_ratio = raw.predict(features_frame(probe))["compile_seconds"]["point"] / expected
+    assert np.all(raw_ratio > 1.1), raw_ratio
+    fitted = train(rows, "cpu", "", **FAST)  # the power is fitted: these rows say 1
+    assert fitted.reference_power_ == pytest.approx(1.0, abs=1e-6)
+    rows["compile_seconds"] = labels(make_rows(rows["f_hlo_ops"], seed=4))["compile_seconds"]
+    assert train(rows, "cpu", "", **FAST).reference_power_ == pytest.approx(0.0, abs=1e-3)
+
+
+def test_predict_names_missing_columns(quadratic):
+    model = train(quadratic[0], "cpu", "", **FAST)
+    X = features_frame(quadratic[1]).drop(columns=["hlo_ops_inlined", "dot_flops"])
+    with pytest.raises(ValueError, match="missing feature columns.*hlo_ops_inlined, dot_flops"):
+        model.predict(X)
+
+
+def test_predict_before_fit_raises():
+    with pytest.raises(NotFittedError, match="not fitted"):
+        CompileCostModel().predict(pd.DataFrame({"hlo_ops": [1.0]}))
+
+
+def test_conformal_bounds_pick_corrected_order_statistics():
+    residual = np.arange(1.0, 40.0)  # n = 39: ranks floor(40 * .05) = 2, ceil(40 * .95) = 38
+    assert conformal_bounds(residual[::-1], 0.9) == (2.0, 38.0)
+    assert conformal_bounds(np.arange(1.0, 10.0), 0.9) == (-np.inf, np.inf)  # too few
+
+
+def test_power_law_exponent_from_within_groups():
+    x = np.array([[1.0], [2.0], [3.0], [2.0], [3.0], [4.0]])
+    groups = np.array(["a", "a", "a", "b", "b", "b"])
+    z = 2.0 * x[:, 0] + np.where(groups == "b", -3.0, 0.0)  # b: bigger programs, cheaper ops
+    pooled = power_law_coef(x, z)
+    within = power_law_coef(x, z, groups)
+    assert within[1] == pytest.approx(2.0)
+    assert within[0] == pytest.approx(np.mean(z - 2.0 * x[:, 0]))  # -1.5
+    assert pooled[1] == pytest.approx(6.5 / 5.5)  # the level difference flattens it
+
+
+def test_overhead_power_law_recovers_fixed_cost_and_exponent():
+    ops = np.geomspace(100, 1e5, 40)
+    z = np.log(0.1 + 1e-6 * ops**1.5)
+    coef = overhead_power_law(np.log(ops)[:, None], z)
+    assert coef == pytest.approx([np.log(0.1), np.log(1e-6), 1.5], abs=1e-3)

@@ -1,0 +1,184 @@
+"""Evaluation plots (PNG, matplotlib Agg): how predictions compare with measurements.
+
+- `predicted_vs_measured`: held-out (leave-one-family-out) predictions against
+  measurements on log axes, one panel per target.
+- `error_by_family`: median fold error per held-out family, model against baselines.
+- `scaling_curves`: measured compile time along one size knob (loop steps, unrolled vs
+  scan; transformer depth), with the trained model's and the held-out predictions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .fit import LOG_OFFSETS, TARGETS, features_frame
+
+UNITS = {"compile_seconds": "s", "peak_rss_bytes": "bytes", "executable_memory_bytes": "bytes"}
+# (family, knob on the x axis, parameter that tells the curves apart)
+CURVES = (("loop", "steps", "style"), ("transformer", "layers", "mode"))
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _held_out(preds: pd.DataFrame, model: str = "costmodel") -> pd.DataFrame:
+    return preds[(preds["split"] == "leave_family_out") & (preds["model"] == model)]
+
+
+def predicted_vs_measured(preds: pd.DataFrame, path: Path, label: str = "cpu") -> Path:
+    """Scatter of held-out predictions against measurements, log axes, 2x band shaded."""
+    plt = _pyplot()
+    chosen = _held_out(preds)
+    fig, axes = plt.subplots(1, len(TARGETS), figsize=(6 * len(TARGETS), 5.5))
+    families = sorted(chosen["family"].unique())
+    colors = plt.get_cmap("tab20")(np.linspace(0, 1, max(len(families), 1)))
+    for ax, target in zip(axes, TARGETS, strict=True):
+        sub = chosen[chosen["target"] == target]
+        offset = LOG_OFFSETS[target]
+        for family, color in zip(families, colors, strict=False):
+            part = sub[sub["family"] == family]
+            ax.scatter(part["actual"] + offset, part["point"] + offset, s=9, alpha=0.7,
+                       color=color, label=family)
+        if len(sub):
+            values = np.concatenate([sub["actual"], sub["point"]]) + offset
+            lo, hi = values.min() / 1.5, values.max() * 1.5
+            line = np.array([lo, hi])
+            ax.plot(line, line, "k-", lw=1)
+            ax.fill_between(line, line / 2, line * 2, color="grey", alpha=0.15, label="2x band")
+            ax.set_xlim(lo, hi)
+            ax.set_ylim(lo, hi)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        shift = f" + {offset:.0f}" if offset else ""
+        ax.set_xlabel(f"measured {target}{shift} ({UNITS[target]})")
+        ax.set_ylabel(f"predicted ({UNITS[target]})")
+        ax.set_title(f"{label}: {target}, family held out")
+    axes[0].legend(fontsize=6, ncol=2, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def error_by_family(preds: pd.DataFrame, path: Path, target: str = "compile_seconds",
+                    models: Sequence[str] = ("costmodel", "power_law", "linear")) -> Path:
+    """Bars of the median held-out fold error per family, one bar per model."""
+    plt = _pyplot()
+    chosen = preds[(preds["split"] == "leave_family_out") & (preds["target"] == target)]
+    offset = LOG_OFFSETS[target]
+    fold = np.exp(np.abs(np.log((chosen["point"] + offset) / (chosen["actual"] + offset))))
+    table = (chosen.assign(fold=fold).groupby(["family", "model"])["fold"].median()
+             .unstack("model").reindex(columns=list(models)))
+    table = table.sort_values(models[0], ascending=False)
+    fig, ax = plt.subplots(figsize=(max(8, 0.55 * len(table)), 5))
+    width = 0.8 / len(models)
+    x = np.arange(len(table))
+    for i, model in enumerate(models):
+        ax.bar(x + i * width, table[model], width, label=model)
+    ax.axhline(2.0, color="k", lw=0.8, ls="--")
+    ax.set_yscale("log")
+    ax.set_xticks(x + width * (len(models) - 1) / 2)
+    ax.set_xticklabels(table.index, rotation=45, ha="right")
+    ax.set_ylabel(f"median fold error of {target} (family held out)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def _curve_rows(rows: pd.DataFrame, family: str, knob: str, series: str) -> dict:
+    """Rows per series value along `knob`, all at one setting of the other parameters:
+    the setting measured most often for every series value (so the curves compare)."""
+    part = rows[rows["family"] == family]
+    if part.empty:
+        return {}
+    params = pd.DataFrame([json.loads(p) for p in part["params"]], index=part.index)
+    if knob not in params or series not in params:
+        return {}
+    others = [c for c in params.columns if c not in (knob, series)]
+    label = ""
+    if others:
+        counts = params.groupby(others + [series]).size().unstack(series, fill_value=0)
+        setting = counts.assign(_min=counts.min(axis=1), _sum=counts.sum(axis=1)).sort_values(
+            ["_min", "_sum"], ascending=False).index[0]
+        setting = setting if isinstance(setting, tuple) else (setting,)
+        mask = np.all([params[c] == v for c, v in zip(others, setting, strict=True)], axis=0)
+        params = params[mask]
+        label = ", ".join(f"{c}={v}" for c, v in zip(others, setting, strict=True))
+    return {value: (part.loc[group.index].assign(_knob=group[knob]).sort_values("_knob"), label)
+            for value, group in params.groupby(series)}
+
+
+def scaling_curves(rows: pd.DataFrame, preds: pd.DataFrame, estimator, path: Path) -> Path:
+    """Compile time along loop steps (by style) and transformer depth (by mode): measured
+    points, the trained model (solid), and predictions with the family held out (dashed)."""
+    plt = _pyplot()
+    held = _held_out(preds)
+    held = held[held["target"] == "compile_seconds"].set_index("row")["point"]
+    fig, axes = plt.subplots(1, len(CURVES), figsize=(7 * len(CURVES), 5))
+    for ax, (family, knob, series) in zip(np.atleast_1d(axes), CURVES, strict=True):
+        curves = _curve_rows(rows, family, knob, series)
+        colors = plt.get_cmap("tab10").colors
+        for (value, (part, label)), color in zip(sorted(curves.items()), colors, strict=False):
+            fitted = estimator.predict(features_frame(part))["compile_seconds"]
+            ax.scatter(part["_knob"], part["compile_seconds"], color=color, s=18,
+                       label=f"{series}={value} measured")
+            ax.plot(part["_knob"], fitted["point"], color=color, lw=1.5, label="model")
+            ax.fill_between(part["_knob"], fitted["lo"], fitted["hi"], color=color, alpha=0.12)
+            positions = [i for i in part.index if i in held.index]
+            if positions:
+                ax.plot(part.loc[positions, "_knob"], held.loc[positions], color=color, ls="--",
+                        lw=1, label="family held out")
+            ax.set_title(f"{family}: {label}", fontsize=9)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(knob)
+        ax.set_ylabel("compile seconds")
+        if curves:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, f"no {family} rows", transform=ax.transAxes, ha="center")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def write_all(preds: pd.DataFrame, rows: pd.DataFrame, estimator, folder: Path,
+              label: str | None = None) -> list[Path]:
+    """Write every plot into `folder`; returns the files written."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    if label is None:
+        first = rows.iloc[0] if len(rows) else {"backend": "cpu", "target": ""}
+        label = first["backend"] + (f"-{first['target']}" if first["target"] else "")
+    rows = rows.reset_index(drop=True)
+    return [predicted_vs_measured(preds, folder / f"predicted_vs_measured_{label}.png", label),
+            error_by_family(preds, folder / f"error_by_family_{label}.png"),
+            scaling_curves(rows, preds, estimator, folder / f"scaling_{label}.png")]
+
+
+def write_plots(data: pd.DataFrame, backend: str, target: str, folder: Path) -> list[Path]:
+    """Evaluate and train on `data` for one backend/target, then write every plot.
+
+    Costs a full evaluation; with an evaluation at hand use `write_all` directly.
+    """
+    from .evaluate import run_evaluation
+    from .fit import select_rows, train
+
+    rows = select_rows(data, backend, target)
+    result = run_evaluation(rows, backend, target)
+    return write_all(result.predictions, rows, train(rows, backend, target), folder)
+
