@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -77,6 +78,16 @@ def _augment(X: pd.DataFrame) -> pd.DataFrame:
         "ops_per_param": safe("hlo_ops_inlined") / safe("param_count"),
     }, index=X.index)
     return pd.concat([X, derived], axis=1)
+
+
+@lru_cache(maxsize=1)
+def _openmp():
+    """One thread-pool controller for predictions: building one scans every loaded library
+    (~9 ms), far more than a one-row prediction costs."""
+    import sklearn.ensemble  # noqa: F401 - loads the OpenMP runtime the controller must see
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
 
 
 def _log_counts(X: pd.DataFrame, names: Sequence[str]) -> np.ndarray:
@@ -205,11 +216,9 @@ class CompileCostModel:
 
     def predict_log(self, X: pd.DataFrame) -> dict[str, np.ndarray]:
         """Point estimates on the modelled (log) scale, per target."""
-        from threadpoolctl import threadpool_limits
-
         self._check_fitted()
         X = self._checked(X)
-        with threadpool_limits(limits=self.n_threads, user_api="openmp"):
+        with _openmp().limit(limits=self.n_threads, user_api="openmp"):
             return {target: self._predict_target(target, fitted, X)
                     for target, fitted in self.models_.items()}
 
