@@ -3,8 +3,7 @@ and advise whether to split a jit.
 
 Example:
     >>> import costmodel
-    >>> costmodel.predict(f, x)
-    Prediction(compile ≈ 12 s (8-19 s), host memory ≈ 1.2 GB, cpu)
+    >>> costmodel.predict(f, x)          # a Prediction, never compiling
     >>> print(costmodel.advise(f, x, budget_seconds=5))
 """
 

@@ -179,8 +179,8 @@ def advise(f, *args: Any, budget_seconds: float = 10.0, backend: str | None = No
     budget or no alternative saves 30% or more. Never compiles.
 
     Example:
-        >>> print(costmodel.advise(f, x, budget_seconds=5))
-        Predicted compile ≈ 21 s exceeds your budget of 5 s. Run the 1000 identical ...
+        >>> advice = costmodel.advise(f, x, budget_seconds=5)
+        >>> advice.split, advice.alternatives[0].strategy
     """
     features, traced = features_of(f, args, kwargs, backend, target)
     whole = predict_features(features, model=model)

@@ -32,8 +32,7 @@ class Prediction:
 
     Example:
         >>> p = costmodel.predict(f, x)
-        >>> p
-        Prediction(compile ≈ 12 s (8-19 s), host memory ≈ 1.2 GB, cpu)
+        >>> p.compile_seconds, p.compile_seconds_interval   # point and 90% interval
     """
 
     compile_seconds: float
@@ -145,8 +144,8 @@ def predict(f, *args: Any, backend: str | None = None, target: str | None = None
         model: a `costmodel.models.Artifact` to use instead of the shipped default.
 
     Example:
-        >>> costmodel.predict(lambda x: jnp.sin(x) @ x, jnp.ones((512, 512)))
-        Prediction(compile ≈ 45 ms (30 ms-70 ms), host memory ≈ 2.1 MB, cpu)
+        >>> p = costmodel.predict(lambda x: jnp.sin(x) @ x, jnp.ones((512, 512)))
+        >>> print(p)   # Prediction(compile ≈ ..., host memory ≈ ..., cpu)
     """
     features, _ = features_of(f, args, kwargs, backend, target)
     return predict_features(features, model=model)
