@@ -10,6 +10,7 @@ a plain `python -m costmodel.training.child`.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import select
@@ -27,6 +28,13 @@ DEFAULT_TIMEOUT = 300.0
 DEFAULT_MEMORY_LIMIT = 12 * 2**30
 
 _local = threading.local()
+_all_zygotes: list = []  # every zygote started, so they are ended when the process exits
+
+
+@atexit.register
+def _close_zygotes() -> None:
+    for zygote in _all_zygotes:
+        zygote.close()
 
 
 class _Zygote:
@@ -58,6 +66,8 @@ class _Zygote:
         if self.alive():
             self.proc.kill()
         self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            stream.close()
 
 
 def _zygote(backend: str) -> _Zygote:
@@ -67,6 +77,7 @@ def _zygote(backend: str) -> _Zygote:
     zygote = zygotes.get(backend)
     if zygote is None or not zygote.alive():
         zygote = zygotes[backend] = _Zygote(backend)
+        _all_zygotes.append(zygote)
     return zygote
 
 
