@@ -79,7 +79,7 @@ def cmd_train(args) -> int:
                        name=args.name or Path(args.out).name)
     _emit(artifact.manifest, args.json,
           f"wrote {artifact.path} (version {artifact.version}, "
-          f"{artifact.manifest.get('training_rows')} rows)")
+          f"{(artifact.manifest.get('training_data') or {}).get('rows')} rows)")
     return 0
 
 

@@ -100,6 +100,8 @@ def test_conformal_bounds_pick_corrected_order_statistics():
     residual = np.arange(1.0, 40.0)  # n = 39: ranks floor(40 * .05) = 2, ceil(40 * .95) = 38
     assert conformal_bounds(residual[::-1], 0.9) == (2.0, 38.0)
     assert conformal_bounds(np.arange(1.0, 10.0), 0.9) == (-np.inf, np.inf)  # too few
+    # coverage 0.68, n = 24: ranks floor(25 * .16) = 4 and ceil(25 * .84) = 21 (not 22)
+    assert conformal_bounds(np.arange(1.0, 25.0), 0.68) == (4.0, 21.0)
 
 
 def test_power_law_exponent_from_within_groups():

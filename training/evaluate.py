@@ -133,8 +133,10 @@ def _fold_predictions(table: _Table, train: np.ndarray, test: np.ndarray,
         return []
     fitted: dict[str, dict] = {}
     if "costmodel" in models:
+        # a target too few training rows measured (a store of user samples) is left out
         model = CompileCostModel(**params).fit(
-            X.iloc[train], {t: v[train] for t, v in table.measured.items()},
+            X.iloc[train], {t: v[train] for t, v in table.measured.items()
+                            if np.sum(np.isfinite(v[train]) & (v[train] > 0)) >= 2},
             groups=table.family[train],
             reference=None if table.reference is None else table.reference[train])
         fitted["costmodel"] = model.predict(X.iloc[test])
@@ -144,6 +146,8 @@ def _fold_predictions(table: _Table, train: np.ndarray, test: np.ndarray,
         fitted[name] = {}
         for target, values in y.items():
             keep = np.isfinite(values[train]) & (values[train] >= 0)
+            if keep.sum() < 2:
+                continue
             base = BASELINES[name]().fit(X.iloc[train[keep]], to_log(target, values[train[keep]]))
             fitted[name][target] = {"point": from_log(target, base.predict(X.iloc[test]))}
     out = []
