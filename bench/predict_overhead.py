@@ -5,7 +5,7 @@ features and runs the model), and the real compile; new function objects each ti
 interleaved, median of 5 (compile: median of 2). Reports predict/(trace+lower) and, for
 programs compiling in 5 s or more, predict/compile.
 
-    python bench/predict_overhead.py
+    python bench/predict_overhead.py [--quick]   # --quick skips the ~2-minute grad compile
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from jax import lax
 import costmodel
 
 
-def programs():
+def programs(quick: bool = False):
     def unrolled(steps):
         def f(x, w):
             for _ in range(steps):
@@ -37,7 +37,8 @@ def programs():
     for steps in (10, 100, 300, 1000):
         yield f"unrolled {steps}", (lambda s=steps: unrolled(s)), args
     yield "scan 1000", (lambda: scanned(1000)), args
-    yield "grad unrolled 300", (lambda: jax.grad(lambda x, w: unrolled(300)(x, w).sum())), args
+    if not quick:
+        yield "grad unrolled 300", (lambda: jax.grad(lambda x, w: unrolled(300)(x, w).sum())), args
 
 
 def timed(fn) -> float:
@@ -46,12 +47,12 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
+def main(quick: bool = False) -> None:
     jax.config.update("jax_enable_compilation_cache", False)
     costmodel.predict(lambda x: x + 1, jnp.ones(3))  # load the model once
     print(f"{'program':<22}{'trace+lower':>12}{'predict':>10}{'ratio':>7}{'compile':>10}"
           f"{'pred/compile':>13}")
-    for name, make, args in programs():
+    for name, make, args in programs(quick):
         lower_t, predict_t = [], []
         for _ in range(5):
             lower_t.append(timed(lambda: jax.jit(make()).trace(*args).lower()))
@@ -65,4 +66,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    main(quick="--quick" in sys.argv)
