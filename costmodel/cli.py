@@ -84,16 +84,20 @@ def cmd_train(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
+    from pathlib import Path
+
     from costmodel.training import dataset
-    from costmodel.training.evaluate import evaluate
+    from costmodel.training.evaluate import run_evaluation
+    from costmodel.training.fit import select_rows, train
 
-    data = dataset.load(args.data)
-    report = evaluate(data, args.backend, args.target or "")
-    if args.plots:
-        from costmodel.training.plots import write_plots
+    target = args.target or ""
+    rows = select_rows(dataset.load(args.data), args.backend, target)
+    result = run_evaluation(rows, args.backend, target)
+    if args.plots:  # plots reuse the held-out predictions of the evaluation just run
+        from costmodel.training.plots import write_all
 
-        write_plots(data, args.backend, args.target or "", args.plots)
-    _emit(report, args.json, json.dumps(report, indent=2))
+        write_all(result.predictions, rows, train(rows, args.backend, target), Path(args.plots))
+    _emit(result.report, args.json, json.dumps(result.report, indent=2))
     return 0
 
 
