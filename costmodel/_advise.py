@@ -66,7 +66,7 @@ def _predict_program(fn, shapes, backend: str, target: str, model) -> float:
     import jax
 
     traced, lowered = trace_and_lower(jax.jit(fn), tuple(shapes), {}, backend)
-    features = from_lowered(traced, lowered, backend=backend, target=target)
+    features = from_lowered(traced, lowered, backend=backend, target=target, jaxpr=False)
     return predict_features(features, model=model).compile_seconds
 
 
@@ -94,15 +94,17 @@ def _split_alternative(features: Features, traced, model) -> Alternative | None:
     parts, glue = _rewrite.inner_jit_parts(traced.jaxpr)
     if not parts:
         return None
+    programs = parts + ([glue] if glue is not None else [])
     seconds = sum(_predict_program(fn, shapes, features.backend, features.target, model)
-                  for fn, shapes, _ in parts + [glue])
+                  for fn, shapes, _ in programs)
     names = ", ".join(sorted({name for _, _, name in parts}))
     sources = [j["source"] for j in features.info.get("inner_jits", []) if j.get("source")]
     where = f" (called at {sources[0]})" if sources else ""
     return Alternative(
         "split_inner_jits", seconds,
         f"Call the inner jitted functions ({names}){where} from outside the outer jit, so "
-        f"each distinct one compiles once on its own ({len(parts)} programs plus the glue).",
+        f"each distinct one compiles once on its own ({len(parts)} programs"
+        f"{' plus the glue around them' if glue is not None else ''}).",
         "Each call becomes a separate dispatch with its results in device memory: no fusion "
         "across the boundaries, plus ~10-50 µs dispatch overhead per call.")
 

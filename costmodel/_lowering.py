@@ -42,8 +42,10 @@ def trace_and_lower(f, args: tuple, kwargs: dict, backend: str):
 
 
 def features_of(f, args: tuple, kwargs: dict, backend: str | None,
-                target: str | None) -> tuple[Features, Any]:
-    """Features of `f(*args, **kwargs)` for (backend, target), never compiling; also the traced."""
+                target: str | None, jaxpr: bool = True) -> tuple[Features, Any]:
+    """Features of `f(*args, **kwargs)` for (backend, target), never compiling; also the traced.
+
+    `jaxpr=False` skips the jaxpr features (NaN), which only advice reads."""
     backend, target = normalize_target(backend or default_backend(), target)
     traced, lowered = trace_and_lower(f, args, kwargs, backend)
-    return from_lowered(traced, lowered, backend=backend, target=target), traced
+    return from_lowered(traced, lowered, backend=backend, target=target, jaxpr=jaxpr), traced

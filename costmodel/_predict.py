@@ -143,9 +143,12 @@ def predict(f, *args: Any, backend: str | None = None, target: str | None = None
         target: GPU target ("h100", "a100", "h200"); default "h100" for gpu.
         model: a `costmodel.models.Artifact` to use instead of the shipped default.
 
+    The prediction's `features` hold the model inputs (StableHLO); jaxpr features are NaN
+    there, as the model does not read them (`costmodel.features.extract` computes all).
+
     Example:
         >>> p = costmodel.predict(lambda x: jnp.sin(x) @ x, jnp.ones((512, 512)))
         >>> print(p)   # Prediction(compile ≈ ..., host memory ≈ ..., cpu)
     """
-    features, _ = features_of(f, args, kwargs, backend, target)
+    features, _ = features_of(f, args, kwargs, backend, target, jaxpr=False)
     return predict_features(features, model=model)

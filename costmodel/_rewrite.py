@@ -173,6 +173,9 @@ def constants_as_arguments(closed_jaxpr):
 def inner_jit_parts(closed_jaxpr):
     """The programs compiled when each inner jit is jitted on its own: the distinct inner
     jits (identical ones compile once) and the glue around them, as (fn, arg_shapes, name).
+
+    The glue is None when nothing but the inner jits is left: the caller then calls them
+    one after another from Python and no glue program compiles at all.
     """
     import jax
     import jax.numpy as jnp
@@ -206,5 +209,7 @@ def inner_jit_parts(closed_jaxpr):
         _eval_eqns(rest, env)
         return [_reader(env)(v) for v in jaxpr.outvars]
 
+    if all(eqn.primitive.name in _JIT_PRIMITIVES for eqn in jaxpr.eqns):
+        return parts, None
     shapes = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in jaxpr.invars]
     return parts, (glue, shapes, "glue")

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: f64 tensors counted as 8 bytes (were 1)
 
 # Coarse op categories shared by the jaxpr and StableHLO extractors.
 CATEGORIES = (

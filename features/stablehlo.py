@@ -85,7 +85,8 @@ def _short_message(message: str) -> str:
 
 def element_bytes(element_type: str) -> int:
     """Bytes per element of an MLIR element type (`f32` → 4, unknown → 4)."""
-    if element_type.startswith("f8") or element_type.startswith("f4") or element_type.startswith("f6"):
+    # Narrow floats are named f8E4M3FN, f6E2M3FN, f4E2M1FN...: match the "E" so f64 is not one
+    if element_type.startswith(("f8E", "f6E", "f4E")):
         return 1
     return _ELEMENT_BYTES.get(element_type, 4)
 

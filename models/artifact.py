@@ -76,7 +76,7 @@ class Artifact:
         if not inputs:
             return {t: {k: np.array([]) for k in ("point", "lo", "hi")}
                     for t in self.manifest["targets"]}
-        return self.estimator.predict(pd.DataFrame.from_records(inputs))
+        return self.estimator.predict(inputs)
 
 
 def _sha256(path: Path) -> str:

@@ -7,15 +7,9 @@ import pandas as pd
 import pytest
 from sklearn.exceptions import NotFittedError
 
-from costmodel.training.fit import (
-    CompileCostModel,
-    conformal_bounds,
-    features_frame,
-    labels,
-    overhead_power_law,
-    power_law_coef,
-    train,
-)
+from costmodel.training.baseline import overhead_power_law, power_law_coef
+from costmodel.training.estimator import CompileCostModel, conformal_bounds
+from costmodel.training.fit import features_frame, labels, train
 
 # Small trees keep the suite fast; the behaviour under test does not depend on size.
 FAST = {"max_iter": 30, "n_folds": 3, "learning_rate": 0.2}
@@ -120,3 +114,32 @@ def test_overhead_power_law_recovers_fixed_cost_and_exponent():
     z = np.log(0.1 + 1e-6 * ops**1.5)
     coef = overhead_power_law(np.log(ops)[:, None], z)
     assert coef == pytest.approx([np.log(0.1), np.log(1e-6), 1.5], abs=1e-3)
+
+
+def test_flat_forest_equals_sklearn_including_missing_values():
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    from costmodel.training.forest import FlatForest
+
+    rng = np.random.default_rng(5)
+    X = rng.random((400, 6))
+    X[::5, 2] = np.nan  # seen missing in training: NaN follows the learned side
+    y = 3 * X[:, 0] + np.nan_to_num(X[:, 2], nan=2.0) + rng.normal(0, 0.1, 400)
+    booster = HistGradientBoostingRegressor(max_iter=40, max_leaf_nodes=15).fit(X, y)
+    fresh = rng.uniform(-0.5, 1.5, (300, 6))
+    fresh[::3, 2] = np.nan
+    fresh[::4, 4] = np.nan  # never missing in training
+    np.testing.assert_allclose(FlatForest(booster).predict(fresh), booster.predict(fresh),
+                               rtol=0, atol=1e-12)
+
+
+def test_predict_takes_feature_mappings_like_a_frame(quadratic):
+    train_rows, big = quadratic
+    model = train(train_rows, "cpu", "", **FAST)
+    frame = features_frame(big)
+    as_rows = frame.to_dict("records")
+    np.testing.assert_array_equal(model.predict(as_rows)["compile_seconds"]["point"],
+                                  model.predict(frame)["compile_seconds"]["point"])
+    del as_rows[1]["hlo_ops"]
+    with pytest.raises(ValueError, match="hlo_ops"):
+        model.predict(as_rows)

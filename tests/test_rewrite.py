@@ -72,6 +72,16 @@ def test_inner_jit_parts_dedupe_identical_calls():
     assert extract(glue, *shapes)["op_sine"] == 0
 
 
+def test_inner_jit_parts_without_glue_when_only_calls_remain():
+    layer = jax.jit(lambda a: jnp.tanh(a) * 2)
+    def stack(a):
+        for _ in range(4):
+            a = layer(a)
+        return a
+    parts, glue = _rewrite.inner_jit_parts(jax.jit(stack).trace(X).jaxpr)
+    assert len(parts) == 1 and glue is None
+
+
 def test_non_chained_blocks_are_not_rewritten():
     def f(x, y):
         a = jnp.sin(x)

@@ -45,11 +45,15 @@ def make_row(family: str, params: dict, backend: str, target: str, result: dict,
         row[name] = json.dumps(value) if isinstance(value, (list, dict)) else value
     row["backend"], row["target"] = backend, target
     row.update(environment)
-    for name, value in features.items():
-        if name in ("backend", "target"):
-            continue
-        row[FEATURE_PREFIX + name] = value
+    row.update(feature_cells(features))
     return row
+
+
+def feature_cells(features: dict) -> dict:
+    """A row's feature columns from `Features.to_dict()` (backend and target are columns of
+    their own already)."""
+    return {FEATURE_PREFIX + name: value for name, value in features.items()
+            if name not in ("backend", "target")}
 
 
 class ShardWriter:

@@ -21,20 +21,16 @@ import numpy as np
 import pandas as pd
 
 from . import metrics
-from .fit import (
+from .estimator import (
     BASELINE_FORMS,
     BASELINE_TERMS,
     LOG_OFFSETS,
     TARGETS,
     CompileCostModel,
-    families,
-    features_frame,
     from_log,
-    labels,
-    normalized_seconds,
-    select_rows,
     to_log,
 )
+from .fit import families, features_frame, labels, normalized_seconds, select_rows
 
 SPLITS = ("leave_family_out", "extrapolation")
 MODELS = ("costmodel", "power_law", "linear")

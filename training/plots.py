@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .fit import LOG_OFFSETS, TARGETS, features_frame
+from .estimator import LOG_OFFSETS, TARGETS
+from .fit import features_frame
 
 UNITS = {"compile_seconds": "s", "peak_rss_bytes": "bytes", "executable_memory_bytes": "bytes"}
 # (family, knob on the x axis, parameter that tells the curves apart)

@@ -1,0 +1,342 @@
+"""The cost model: a size-aware power-law baseline plus boosted trees on its residual.
+
+Trees cannot extrapolate: past the largest compile in the sweep they predict the value of
+their last leaf. Users care most about compiles bigger than any we measured, so each
+target is modelled in log space as `baseline(size) + trees(features)`, where the baseline
+is a least-squares power law in a few size counts (it carries the growth) and the trees
+only correct its residual (bounded). Intervals are split-conformal: quantiles of
+out-of-fold residuals, with folds that hold out whole program families so the interval
+reflects a program unlike any in training.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+# Imported here, not where used: threadpoolctl can only limit an OpenMP runtime that is
+# already loaded, and trees spinning on more threads than a busy machine grants run 50x
+# slower.
+from sklearn.ensemble import HistGradientBoostingRegressor
+
+from costmodel.features import MODEL_FEATURES
+
+from .baseline import baseline_log, drift_power, overhead_power_law, power_law_coef
+from .forest import FlatForest
+
+TARGETS = ("compile_seconds", "peak_rss_bytes", "executable_memory_bytes")
+# Added before taking logs. Peak RSS growth of a small compile is zero or a few pages of
+# allocator noise, so below ~1 MiB it carries no signal; executable memory of a tiny
+# program can be a few bytes. Compile time is always positive.
+LOG_OFFSETS = {"compile_seconds": 0.0, "peak_rss_bytes": float(2**20),
+               "executable_memory_bytes": float(2**10)}
+# How each target's baseline is fitted (see `CompileCostModel`).
+BASELINE_FORMS = {"compile_seconds": "overhead", "peak_rss_bytes": "overhead",
+                  "executable_memory_bytes": "within"}
+# Size terms of the regression that estimates how much load drift shows in compile seconds.
+DRIFT_TERMS = ("hlo_ops_inlined", "hlo_ops_trip_weighted")
+# Size counts of the baseline, per target (each enters as log(1 + count)).
+BASELINE_TERMS = {
+    "compile_seconds": ("hlo_ops_inlined", "hlo_ops_trip_weighted"),
+    "peak_rss_bytes": ("hlo_ops_inlined", "hlo_ops_trip_weighted", "tensor_sum_elements"),
+    "executable_memory_bytes": ("hlo_ops_inlined", "tensor_sum_elements",
+                                "tensor_max_elements", "io_bytes"),
+}
+_EPS = 1e-12
+
+
+def to_log(target: str, values: Sequence[float] | np.ndarray) -> np.ndarray:
+    """The modelled scale of `target`: log(value + offset)."""
+    return np.log(np.maximum(np.asarray(values, float) + LOG_OFFSETS[target], _EPS))
+
+
+def from_log(target: str, values: np.ndarray) -> np.ndarray:
+    """Inverse of `to_log`, clipped at zero."""
+    return np.maximum(np.exp(values) - LOG_OFFSETS[target], 0.0)
+
+
+
+@dataclass(frozen=True)
+class Table:
+    """Feature columns as one float matrix (rows x names): what the baseline and trees read.
+
+    Predictions are one row at a time, where building a DataFrame costs more than the
+    model itself.
+    """
+
+    names: tuple[str, ...]
+    values: np.ndarray
+
+    @classmethod
+    def of(cls, X, names: Sequence[str]) -> Table:
+        """The `names` columns of a DataFrame, or of a sequence of feature mappings."""
+        if isinstance(X, pd.DataFrame):
+            missing = [name for name in names if name not in X.columns]
+            values = None if missing else X.loc[:, list(names)].to_numpy(float)
+        elif isinstance(X, Sequence) and all(isinstance(row, Mapping) for row in X):
+            missing = sorted({name for row in X for name in names if name not in row})
+            values = None if missing else np.array(
+                [[row[name] for name in names] for row in X], float).reshape(len(X), len(names))
+        else:
+            raise TypeError("X must be a pandas DataFrame or a sequence of feature mappings, "
+                            f"not {type(X).__name__}")
+        if missing:
+            raise ValueError(f"missing feature columns ({len(missing)}): {', '.join(missing)}")
+        return cls(tuple(names), values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def column(self, name: str) -> np.ndarray:
+        return self.values[:, self.names.index(name)]
+
+    def rows(self, index) -> Table:
+        return Table(self.names, self.values[index])
+
+    def log_counts(self, names: Sequence[str]) -> np.ndarray:
+        """log(1 + count) of the named columns (negative and NaN counts as 0)."""
+        counts = self.values[:, [self.names.index(name) for name in names]]
+        return np.log1p(np.nan_to_num(np.maximum(counts, 0.0)))
+
+
+def augment(table: Table) -> Table:
+    """Model features plus derived sizes and ratios (trees cannot form ratios themselves)."""
+    def safe(name: str) -> np.ndarray:
+        return np.maximum(table.column(name), 1.0)
+
+    derived = {
+        "io_bytes": table.column("input_bytes") + table.column("output_bytes"),
+        "unroll_ratio": safe("hlo_ops_trip_weighted") / safe("hlo_ops_inlined"),
+        "inline_ratio": safe("hlo_ops_inlined") / safe("hlo_ops"),
+        "ops_per_function": safe("hlo_ops_inlined") / safe("hlo_functions"),
+        "flops_per_op": safe("dot_flops") / safe("hlo_ops_inlined"),
+        # long chains over few inputs (unrolled loops) against wide programs over many
+        "ops_per_param": safe("hlo_ops_inlined") / safe("param_count"),
+    }
+    values = np.column_stack([table.values, *derived.values()])
+    return Table(table.names + tuple(derived), values)
+
+
+class CompileCostModel:
+    """Predicts compile seconds, peak host-RSS growth and executable bytes, with intervals.
+
+    Args:
+        coverage: Nominal coverage of the prediction intervals.
+        n_folds: Folds for the out-of-fold residuals the intervals come from.
+        reference_power: Exponent of the reference timing divided out of compile seconds
+            (1: model `compile / ref`, 0: raw seconds; None: fit it). Removes drift and
+            load; predictions are for a machine whose reference takes the median time.
+        baseline_terms: Size counts of the power law per target (defaults:
+            `BASELINE_TERMS`); an empty tuple leaves only an intercept (a plain tree).
+        baseline: Form of the baseline per target (defaults: `BASELINE_FORMS`).
+            "within": the power law's exponents come from how programs of one family scale
+            as they grow, its level from all rows (the trees learn each kind of program's
+            level from its op mix); "pooled": one least-squares fit of all rows;
+            "overhead": a fixed cost plus a power law (see `overhead_power_law`), whose
+            growth past the fixed cost is steeper than a plain power law's.
+        residual_model: Fit boosted trees on the baseline's residual (False: baseline only).
+        max_iter, learning_rate, max_leaf_nodes, min_samples_leaf, l2_regularization:
+            Passed to `HistGradientBoostingRegressor`.
+        n_threads: OpenMP threads for the trees while fitting and predicting; on small
+            data one is as fast, and many spin badly on a busy machine.
+        random_state: Seed for fold shuffling and the trees.
+
+    Example:
+        >>> model = CompileCostModel().fit(X, {"compile_seconds": seconds})
+        >>> model.predict(X_new)["compile_seconds"]["hi"]
+    """
+
+    def __init__(self, *, coverage: float = 0.9, n_folds: int = 5,
+                 reference_power: float | None = None,
+                 baseline_terms: Mapping[str, Sequence[str]] | None = None,
+                 baseline: Mapping[str, str] | None = None, residual_model: bool = True,
+                 max_iter: int = 100,
+                 learning_rate: float = 0.1,
+                 max_leaf_nodes: int = 15, min_samples_leaf: int = 10,
+                 l2_regularization: float = 1.0, n_threads: int = 1,
+                 random_state: int = 0) -> None:
+        self.coverage = coverage
+        self.n_folds = n_folds
+        self.reference_power = reference_power
+        self.baseline_terms = baseline_terms
+        self.baseline = baseline
+        self.residual_model = residual_model
+        self.max_iter = max_iter
+        self.learning_rate = learning_rate
+        self.max_leaf_nodes = max_leaf_nodes
+        self.min_samples_leaf = min_samples_leaf
+        self.l2_regularization = l2_regularization
+        self.n_threads = n_threads
+        self.random_state = random_state
+
+    def fit(self, X: pd.DataFrame | Sequence[Mapping[str, float]], y: Mapping[str, Sequence[float]], *,
+            groups: Sequence | None = None,
+            reference: Sequence[float] | None = None) -> CompileCostModel:
+        """Fit one model per target of `y` (rows with a missing label are skipped).
+
+        Args:
+            X: One row per program, a column per name of `MODEL_FEATURES` (a DataFrame,
+                or one feature mapping per row).
+            y: Natural-unit labels by target name (seconds, bytes).
+            groups: Program family per row; out-of-fold residuals hold out whole groups.
+            reference: Seconds of the reference compile measured with each row.
+        """
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=self.n_threads, user_api="openmp"):
+            return self._fit(X, y, groups, reference)
+
+    def _fit(self, X, y: Mapping[str, Sequence[float]], groups: Sequence | None,
+             reference: Sequence[float] | None) -> CompileCostModel:
+        self.feature_names_in_ = list(MODEL_FEATURES)
+        table = self._checked(X)
+        unknown = sorted(set(y) - set(TARGETS))
+        if unknown:
+            raise ValueError(f"unknown targets: {', '.join(unknown)}; known: {', '.join(TARGETS)}")
+        groups = None if groups is None else np.asarray(groups)
+        drift = np.zeros(len(table))
+        self.reference_seconds_ = None
+        if reference is not None:
+            reference = np.asarray(reference, float)
+            self.reference_seconds_ = float(np.nanmedian(reference))
+            drift = np.nan_to_num(np.log(reference / self.reference_seconds_))
+        self.terms_ = {t: tuple((self.baseline_terms or BASELINE_TERMS).get(t, ())) for t in y}
+        self.forms_ = {t: {**BASELINE_FORMS, **(self.baseline or {})}[t] for t in y}
+        self.reference_power_ = 0.0
+        self.models_: dict[str, dict] = {}
+        for target, values in y.items():
+            values = np.asarray(values, float)
+            keep = np.isfinite(values) & (values >= 0)
+            if target == "compile_seconds":
+                keep &= values > 0
+            if keep.sum() < 2:
+                raise ValueError(f"too few rows with a {target} label ({int(keep.sum())})")
+            z = to_log(target, values[keep])
+            rows = table.rows(keep)
+            if target == "compile_seconds" and reference is not None:
+                self.reference_power_ = self._drift_power(
+                    rows, z, drift[keep], None if groups is None else groups[keep])
+                z = z - self.reference_power_ * drift[keep]
+            self.models_[target] = self._fit_target(
+                target, rows, z, None if groups is None else groups[keep])
+        self.targets_ = tuple(y)
+        return self
+
+    def predict(self, X) -> dict[str, dict[str, np.ndarray]]:
+        """Point estimate and interval per target, in natural units.
+
+        Returns:
+            `{target: {"point", "lo", "hi"}}`, each an array with one value per row of X
+            (a DataFrame, or one feature mapping per row).
+        """
+        logs = self.predict_log(X)
+        out = {}
+        for target, z in logs.items():
+            fitted = self.models_[target]
+            out[target] = {"point": from_log(target, z),
+                           "lo": from_log(target, z + fitted["lo"]),
+                           "hi": from_log(target, z + fitted["hi"])}
+        return out
+
+    def predict_log(self, X) -> dict[str, np.ndarray]:
+        """Point estimates on the modelled (log) scale, per target."""
+        self._check_fitted()
+        table = self._checked(X)
+        return {target: self._predict_target(target, fitted, table)
+                for target, fitted in self.models_.items()}
+
+    def _drift_power(self, X: Table, z: np.ndarray, drift: np.ndarray,
+                     groups: np.ndarray | None) -> float:
+        if self.reference_power is not None:
+            return float(self.reference_power)
+        return drift_power(X.log_counts(DRIFT_TERMS), z, drift, groups)
+
+    def _fit_target(self, target: str, X: Table, z: np.ndarray,
+                    groups: np.ndarray | None) -> dict:
+        fitted = self._fit_parts(target, X, z, groups)
+        base, trees = np.full(len(z), np.nan), np.zeros(len(z))
+        for train, test in self._folds(len(z), groups):
+            parts = self._fit_parts(target, X.rows(train), z[train],
+                                    None if groups is None else groups[train])
+            base[test], trees[test] = self._predict_parts(target, parts, X.rows(test))
+        seen = np.isfinite(base)
+        residual = (z - base - trees)[seen]
+        fitted["lo"], fitted["hi"] = conformal_bounds(residual, self.coverage)
+        fitted["oof_residual_mad"] = float(np.median(np.abs(residual))) if len(residual) else None
+        return fitted
+
+    def _fit_parts(self, target: str, X: Table, z: np.ndarray,
+                   groups: np.ndarray | None) -> dict:
+        form = self.forms_[target]
+        inputs = X.log_counts(self.terms_[target])
+        if form == "overhead" and inputs.shape[1]:
+            coef = overhead_power_law(inputs, z, groups)
+        else:
+            coef = power_law_coef(inputs, z, groups if form == "within" else None)
+        base = baseline_log(coef, inputs, form)
+        booster = None
+        if self.residual_model and len(z) >= 2 * self.min_samples_leaf:
+            booster = HistGradientBoostingRegressor(
+                max_iter=self.max_iter, learning_rate=self.learning_rate,
+                max_leaf_nodes=self.max_leaf_nodes, min_samples_leaf=self.min_samples_leaf,
+                l2_regularization=self.l2_regularization, early_stopping=False,
+                random_state=self.random_state)
+            booster.fit(X.values, z - base)
+        forest = FlatForest(booster) if booster is not None else None
+        return {"coef": coef, "booster": booster, "forest": forest}
+
+    def _predict_parts(self, target: str, fitted: dict,
+                       X: Table) -> tuple[np.ndarray, np.ndarray]:
+        form = self.forms_[target]
+        base = baseline_log(fitted["coef"], X.log_counts(self.terms_[target]), form)
+        trees = np.zeros(len(X))
+        if fitted["forest"] is not None:
+            trees = fitted["forest"].predict(X.values)
+        return base, trees
+
+    def _predict_target(self, target: str, fitted: dict, X: Table) -> np.ndarray:
+        base, trees = self._predict_parts(target, fitted, X)
+        return base + trees
+
+    def _folds(self, n: int, groups: np.ndarray | None) -> list[tuple[np.ndarray, np.ndarray]]:
+        from sklearn.model_selection import GroupKFold, KFold
+
+        if self.n_folds < 2 or n < 2 * self.n_folds:
+            return []
+        if groups is not None and len(np.unique(groups)) >= 2:
+            splitter = GroupKFold(n_splits=min(self.n_folds, len(np.unique(groups))))
+            return list(splitter.split(np.zeros(n), groups=groups))
+        splitter = KFold(self.n_folds, shuffle=True, random_state=self.random_state)
+        return list(splitter.split(np.zeros(n)))
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "models_"):
+            from sklearn.exceptions import NotFittedError
+
+            raise NotFittedError("CompileCostModel is not fitted yet; call fit() first")
+
+    def _checked(self, X) -> Table:
+        return augment(Table.of(X, self.feature_names_in_))
+
+
+def conformal_bounds(residual: np.ndarray, coverage: float) -> tuple[float, float]:
+    """Lower and upper residual quantiles whose band holds `coverage` of new residuals.
+
+    Split-conformal with the finite-sample correction: the k-th smallest of n residuals
+    with k = ceil((n + 1) * q) bounds a new one with probability >= q.
+    """
+    residual = np.sort(np.asarray(residual, float))
+    n = len(residual)
+    if n == 0:
+        return -math.inf, math.inf
+    tail = (1.0 - coverage) / 2.0
+    # the epsilon keeps float noise ((1 - 0.9) / 2 * 40 = 1.9999...) off the rank
+    upper = math.ceil((n + 1) * (1.0 - tail) - 1e-9)
+    lower = math.floor((n + 1) * tail + 1e-9)
+    hi = residual[upper - 1] if upper <= n else math.inf
+    lo = residual[lower - 1] if lower >= 1 else -math.inf
+    return float(lo), float(hi)
