@@ -209,3 +209,12 @@ def test_deeply_nested_text_is_refused_before_the_parser_sees_it():
     real = jax.jit(lambda x: lax.scan(lambda c, _: (jnp.sin(c), None), x, None, length=3)[0])
     from costmodel.features.stablehlo import MAX_NESTING, nesting_depth
     assert nesting_depth(real.lower(X).as_text()) < MAX_NESTING // 4
+
+
+@pytest.mark.parametrize("element, width", [("f64", 8), ("f32", 4), ("bf16", 2), ("f8E4M3FN", 1),
+                                            ("i64", 8), ("complex<f64>", 16)])
+def test_tensor_bytes_per_element_type(element, width):
+    # f64 once matched the f6* prefix of the 6-bit float types and counted 1 byte
+    text = jax.jit(lambda x: x).lower(jax.ShapeDtypeStruct((5, 3), jnp.float32)).as_text()
+    feats = F.from_stablehlo(text.replace("f32", element))
+    assert feats["input_bytes"] == feats["output_bytes"] == 15 * width

@@ -86,7 +86,8 @@ def test_explain_names_real_features():
 
 
 def test_advice_on_unrolled_500_step_loop_recommends_scan_far_cheaper():
-    advice = costmodel.advise(unrolled(500), X, W, budget_seconds=1.0)
+    # the shipped model, trained on a quiet 2-core machine, puts this at ~0.6 s
+    advice = costmodel.advise(unrolled(500), X, W, budget_seconds=0.25)
     assert advice.split
     best = advice.alternatives[0]
     assert best.strategy == "scan"
