@@ -141,11 +141,13 @@ def save(estimator: Any, path: str | os.PathLike, *, backend: str, target: str,
     _atomic_write(path / ESTIMATOR_FILE, lambda handle: joblib.dump(estimator, handle))
     label = backend + (f"-{target}" if target else "")
     data_fingerprint = fingerprint(data)
+    sha256 = _sha256(path / ESTIMATOR_FILE)
     reference = pd.to_numeric(data.get("ref_seconds", pd.Series(dtype=float)), errors="coerce")
     manifest = {
         "name": name,
-        "version": f"{label}-{data_fingerprint[:8]}",
-        "sha256": _sha256(path / ESTIMATOR_FILE),
+        # the data and the estimator: retraining the same rows with other code is a new version
+        "version": f"{label}-{data_fingerprint[:8]}-{sha256[:6]}",
+        "sha256": sha256,
         "schema_version": SCHEMA_VERSION,
         "features": list(MODEL_FEATURES),
         "targets": list(getattr(estimator, "targets_", ())),

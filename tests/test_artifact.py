@@ -51,7 +51,7 @@ def test_manifest_records_what_was_trained(saved):
     manifest = json.loads((art.path / "manifest.json").read_text())
     digest = hashlib.sha256((art.path / "estimator.joblib").read_bytes()).hexdigest()
     assert manifest["sha256"] == digest
-    assert manifest["version"] == "cpu-" + fingerprint(rows)[:8]
+    assert manifest["version"] == f"cpu-{fingerprint(rows)[:8]}-{manifest['sha256'][:6]}"
     assert (art.name, art.backend, art.target) == ("test-model", "cpu", "")
     assert manifest["schema_version"] == SCHEMA_VERSION
     assert manifest["features"] == list(MODEL_FEATURES)

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from sklearn.exceptions import NotFittedError
 
-from costmodel.training.baseline import overhead_power_law, power_law_coef
+from costmodel.training.baseline import baseline_log, overhead_power_law, power_law_coef
 from costmodel.training.estimator import CompileCostModel, conformal_bounds
 from costmodel.training.fit import features_frame, labels, train
 
@@ -114,6 +114,17 @@ def test_overhead_power_law_recovers_fixed_cost_and_exponent():
     z = np.log(0.1 + 1e-6 * ops**1.5)
     coef = overhead_power_law(np.log(ops)[:, None], z)
     assert coef == pytest.approx([np.log(0.1), np.log(1e-6), 1.5], abs=1e-3)
+
+
+def test_overhead_power_law_adds_constant_bytes_instead_of_scaling():
+    rng = np.random.default_rng(2)
+    ops, constant = rng.uniform(10, 3000, 300), rng.choice([0.0, 1e5, 1e7, 1e8], 300)
+    seconds = 0.03 + 1e-7 * ops**2 + 2e-9 * constant
+    logs, extra = np.log1p(ops)[:, None], np.log1p(constant)[:, None]
+    coef = overhead_power_law(logs, np.log(seconds), extra=extra)
+    fitted = np.exp(baseline_log(coef, logs, "overhead", extra))
+    np.testing.assert_allclose(fitted, seconds, rtol=0.02)
+    assert coef[-1] == pytest.approx(1.0, abs=0.02)  # constant cost linear in bytes
 
 
 def test_flat_forest_equals_sklearn_including_missing_values():

@@ -13,6 +13,9 @@ import pandas as pd
 # (quiet sweep, 2000 -> 4000 -> 6000 ops) grew as ops^2.6: more than the quadratic that
 # HLO passes alone would give.
 MAX_EXPONENT = 3.0
+# Largest exponent of an added term (`overhead_power_law`'s `extra`). Compile time grew a
+# little faster than the bytes of embedded constants (fits reach this bound).
+EXTRA_EXPONENT = 1.5
 
 
 def power_law_coef(logs: np.ndarray, z: np.ndarray,
@@ -41,40 +44,68 @@ def drift_power(logs: np.ndarray, z: np.ndarray, drift: np.ndarray,
     return float(np.clip(coef[-1], 0.0, 1.0))
 
 
-def overhead_power_law(logs: np.ndarray, z: np.ndarray,
-                       groups: np.ndarray | None = None) -> np.ndarray:
-    """`[a0, a1, b...]` of `z ~ log(exp(a0) + exp(a1 + logs @ b))`: a fixed cost plus a power
-    law, exponent of the first term in [0, MAX_EXPONENT], the others in [0, 1].
+def overhead_power_law(logs: np.ndarray, z: np.ndarray, groups: np.ndarray | None = None,
+                       extra: np.ndarray | None = None) -> np.ndarray:
+    """`[a0, a1, b..., d..., c...]` of `z ~ log(exp(a0) + exp(a1 + logs @ b) + sum_j
+    exp(d_j + c_j * extra_j))`: a fixed cost, a power law in the size counts (exponent of the
+    first in [0, MAX_EXPONENT], the others in [0, 1]), and one added power law per column
+    of `extra` (exponents in [0, EXTRA_EXPONENT]).
 
     Below a few hundred ops compile time is mostly fixed cost; a plain power law fitted to
     all sizes bends its exponent down to fit that floor and underestimates large compiles.
-    With `groups`, each group gets its own `a1` while fitting (levels differ by kind of
-    program, the growth does not); the returned `a1` is then refitted over all rows.
+    An `extra` term is a cost that adds to the rest instead of scaling it: embedding large
+    constants costs the same whether they feed four ops or four hundred. With `groups`,
+    each group gets its own `a1` while fitting (levels differ by kind of program, the
+    growth does not); the returned `a1` is then refitted over all rows.
     """
     from scipy.optimize import least_squares
 
     k = logs.shape[1]
+    extra = np.zeros((len(z), 0)) if extra is None else extra
+    m = extra.shape[1]
     codes = np.unique(groups, return_inverse=True)[1] if groups is not None else np.zeros(
         len(z), int)
     n_groups = codes.max() + 1
     start = power_law_coef(logs, z)
 
+    def unpack(p: np.ndarray):
+        return p[0], p[1:1 + n_groups], p[1 + n_groups:1 + n_groups + k], p[1 + n_groups + k:]
+
     def residual(p: np.ndarray) -> np.ndarray:
-        return np.logaddexp(p[0], p[1 + codes] + logs @ p[1 + n_groups:]) - z
+        a0, a1, b, added = unpack(p)
+        return _overhead(a0, a1[codes], b, added, logs, extra) - z
 
-    lower = np.r_[-np.inf, np.full(n_groups, -np.inf), np.zeros(k)]
-    upper = np.r_[np.inf, np.full(n_groups, np.inf), MAX_EXPONENT, np.ones(k - 1)]
-    slope = np.clip(start[1:], lower[1 + n_groups:] + 1e-6, upper[1 + n_groups:] - 1e-6)
-    p0 = np.r_[np.log(np.exp(z).min()), np.full(n_groups, np.median(z - logs @ slope)), slope]
+    lower = np.r_[-np.inf, np.full(n_groups, -np.inf), np.zeros(k), np.full(m, -np.inf),
+                  np.zeros(m)]
+    upper = np.r_[np.inf, np.full(n_groups, np.inf), MAX_EXPONENT, np.ones(k - 1),
+                  np.full(m, np.inf), np.full(m, EXTRA_EXPONENT)]
+    slope = np.clip(start[1:], lower[1 + n_groups:1 + n_groups + k] + 1e-6,
+                    upper[1 + n_groups:1 + n_groups + k] - 1e-6)
+    floor = np.log(np.exp(z).min())
+    # extra terms start small: one e-fold below the floor at their largest count
+    p0 = np.r_[floor, np.full(n_groups, np.median(z - logs @ slope)), slope,
+               floor - 1 - 0.5 * extra.max(axis=0, initial=0.0), np.full(m, 0.5)]
     p = least_squares(residual, p0, bounds=(lower, upper), loss="soft_l1", f_scale=0.5).x
-    a0, b = p[0], p[1 + n_groups:]
-    a1 = least_squares(lambda a: np.logaddexp(a0, a[0] + logs @ b) - z,
-                       [np.median(p[1:1 + n_groups])], loss="soft_l1", f_scale=0.5).x[0]
-    return np.r_[a0, a1, b]
+    a0, a1_groups, b, added = unpack(p)
+    a1 = least_squares(lambda a: _overhead(a0, a[0], b, added, logs, extra) - z,
+                       [np.median(a1_groups)], loss="soft_l1", f_scale=0.5).x[0]
+    return np.r_[a0, a1, b, added]
 
 
-def baseline_log(coef: np.ndarray, logs: np.ndarray, form: str) -> np.ndarray:
-    """The baseline's log prediction for `form` ("overhead" or a plain power law)."""
+def _overhead(a0, a1, b: np.ndarray, added: np.ndarray, logs: np.ndarray,
+              extra: np.ndarray) -> np.ndarray:
+    m = extra.shape[1]
+    terms = [np.broadcast_to(a0, len(logs)), a1 + logs @ b]
+    terms += [added[j] + added[m + j] * extra[:, j] for j in range(m)]
+    return np.logaddexp.reduce(np.stack(terms), axis=0)
+
+
+def baseline_log(coef: np.ndarray, logs: np.ndarray, form: str,
+                 extra: np.ndarray | None = None) -> np.ndarray:
+    """The baseline's log prediction for `form` ("overhead" or a plain power law); `extra`
+    holds the overhead form's added terms, as fitted."""
     if form == "overhead" and logs.shape[1]:
-        return np.logaddexp(coef[0], coef[1] + logs @ coef[2:])
+        k = logs.shape[1]
+        extra = np.zeros((len(logs), 0)) if extra is None else extra
+        return _overhead(coef[0], coef[1], coef[2:2 + k], coef[2 + k:], logs, extra)
     return coef[0] + logs @ coef[1:]

@@ -46,6 +46,9 @@ BASELINE_TERMS = {
     "executable_memory_bytes": ("hlo_ops_inlined", "tensor_sum_elements",
                                 "tensor_max_elements", "io_bytes"),
 }
+# Counts whose cost adds to the rest of the compile instead of scaling it (see
+# `overhead_power_law`), per target with an "overhead" baseline.
+ADDED_TERMS = {"compile_seconds": ("dense_constant_bytes",)}
 _EPS = 1e-12
 
 
@@ -137,12 +140,13 @@ class CompileCostModel:
             as they grow, its level from all rows (the trees learn each kind of program's
             level from its op mix); "pooled": one least-squares fit of all rows;
             "overhead": a fixed cost plus a power law (see `overhead_power_law`), whose
-            growth past the fixed cost is steeper than a plain power law's.
+            growth past the fixed cost is steeper than a plain power law's, plus the
+            added terms of `ADDED_TERMS` (embedded constant bytes, for compile seconds).
         residual_model: Fit boosted trees on the baseline's residual (False: baseline only).
         max_iter, learning_rate, max_leaf_nodes, min_samples_leaf, l2_regularization:
             Passed to `HistGradientBoostingRegressor`.
-        n_threads: OpenMP threads for the trees while fitting and predicting; on small
-            data one is as fast, and many spin badly on a busy machine.
+        n_threads: OpenMP threads for the trees while fitting; on small data one is as
+            fast, and many spin badly on a busy machine. Predictions use numpy only.
         random_state: Seed for fold shuffling and the trees.
 
     Example:
@@ -205,6 +209,7 @@ class CompileCostModel:
             self.reference_seconds_ = float(np.nanmedian(reference))
             drift = np.nan_to_num(np.log(reference / self.reference_seconds_))
         self.terms_ = {t: tuple((self.baseline_terms or BASELINE_TERMS).get(t, ())) for t in y}
+        self.added_ = {t: ADDED_TERMS.get(t, ()) for t in y}
         self.forms_ = {t: {**BASELINE_FORMS, **(self.baseline or {})}[t] for t in y}
         self.reference_power_ = 0.0
         self.models_: dict[str, dict] = {}
@@ -272,12 +277,12 @@ class CompileCostModel:
     def _fit_parts(self, target: str, X: Table, z: np.ndarray,
                    groups: np.ndarray | None) -> dict:
         form = self.forms_[target]
-        inputs = X.log_counts(self.terms_[target])
+        inputs, added = X.log_counts(self.terms_[target]), X.log_counts(self.added_[target])
         if form == "overhead" and inputs.shape[1]:
-            coef = overhead_power_law(inputs, z, groups)
+            coef = overhead_power_law(inputs, z, groups, added)
         else:
             coef = power_law_coef(inputs, z, groups if form == "within" else None)
-        base = baseline_log(coef, inputs, form)
+        base = baseline_log(coef, inputs, form, added)
         booster = None
         if self.residual_model and len(z) >= 2 * self.min_samples_leaf:
             booster = HistGradientBoostingRegressor(
@@ -292,7 +297,8 @@ class CompileCostModel:
     def _predict_parts(self, target: str, fitted: dict,
                        X: Table) -> tuple[np.ndarray, np.ndarray]:
         form = self.forms_[target]
-        base = baseline_log(fitted["coef"], X.log_counts(self.terms_[target]), form)
+        base = baseline_log(fitted["coef"], X.log_counts(self.terms_[target]), form,
+                            X.log_counts(self.added_[target]))
         trees = np.zeros(len(X))
         if fitted["forest"] is not None:
             trees = fitted["forest"].predict(X.values)

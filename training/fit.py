@@ -76,7 +76,7 @@ def train(data: pd.DataFrame, backend: str, target: str = "", **params) -> Compi
     """Fit a `CompileCostModel` on the ok rows of `data` for one backend and target.
 
     Example:
-        >>> model = train(dataset.load("training/data/cpu.parquet"), "cpu", "")
+        >>> model = train(dataset.load("training/data/cpu/rows.parquet"), "cpu", "")
     """
     rows = select_rows(data, backend, target)
     if len(rows) == 0:
@@ -107,7 +107,7 @@ def build_default(data_paths: Sequence[str | Path], backend: str = "cpu", target
     Writes to `costmodel.models.default_path(backend, target)` unless `out` is given.
 
     Example:
-        >>> build_default(["training/data/cpu.parquet"], "cpu")
+        >>> build_default(["training/data/cpu/rows.parquet"], "cpu")
     """
     from costmodel.models import default_path, save
 
