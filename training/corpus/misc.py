@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import jax
@@ -17,13 +18,25 @@ def build_constants(size: int, count: int, mode: str) -> tuple[Callable, tuple]:
     """``count`` captured float32 numpy constants of ``size`` elements each.
 
     Args:
-        mode: "add" (elementwise chain producing a ``size`` vector) or "reduce" (a dot
-            of each constant with the input, producing a scalar).
+        mode: "add" (elementwise chain producing a ``size`` vector), "reduce" (a dot
+            of each constant with the input, producing a scalar) or "matmul" (each constant
+            a square weight matrix, ``tanh(x @ w)`` layers over an (8, sqrt(size)) input:
+            numpy weights closed over by a jitted model).
     """
-    if mode not in ("add", "reduce"):
-        raise ValueError(f"mode must be 'add' or 'reduce', got {mode!r}")
+    if mode not in ("add", "reduce", "matmul"):
+        raise ValueError(f"mode must be 'add', 'reduce' or 'matmul', got {mode!r}")
     rng = np.random.default_rng(count * 1_000_003 + size)
     consts = [rng.standard_normal(size).astype(np.float32) for _ in range(count)]
+    if mode == "matmul":
+        side = math.isqrt(size)
+        weights = [c[:side * side].reshape(side, side) for c in consts]
+
+        def layers(x):
+            for w in weights:
+                x = jnp.tanh(x @ w)
+            return x
+
+        return layers, (sds((8, side)),)
 
     def fn(x):
         if mode == "add":
@@ -134,12 +147,13 @@ def build_assoc_scan(length: int, op: str, grad: bool) -> tuple[Callable, tuple]
 register(
     Family(
         name="constants",
-        description="Large captured numpy constants (size, count), elementwise or reduced.",
+        description="Large captured numpy constants (size, count): elementwise, reduced, or "
+                    "as matmul weights.",
         build=build_constants,
         grid=param_grid(
             size=(16, 256, 4096, 65536, 1048576, 4194304),
             count=(1, 2, 4, 16, 64),
-            mode=("add", "reduce"),
+            mode=("add", "reduce", "matmul"),
             # Cheap (<0.6 s) up to 8M captured elements, mostly tracing/transfer of bytes.
             where=lambda p: p["size"] * p["count"] <= 8 * 1048576,
         ),
