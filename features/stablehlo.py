@@ -269,6 +269,13 @@ def _conv_flops(op) -> float:
 class _Walker:
     def __init__(self) -> None:
         self.tallies: dict[str, _FunctionTally] = {}
+        # MLIR types are uniqued and a module uses few: decoding each once halves the walk
+        self._types: dict = {}
+
+    def _tensor(self, mlir_type) -> _TensorInfo | None:
+        if mlir_type not in self._types:
+            self._types[mlir_type] = _tensor(mlir_type)
+        return self._types[mlir_type]
 
     def function(self, func_op) -> _FunctionTally:
         tally = _FunctionTally()
@@ -304,7 +311,7 @@ class _Walker:
             else:
                 tally.categories[category] += 1
             for result in op.results:
-                info = _tensor(result.type)
+                info = self._tensor(result.type)
                 if info is None:
                     continue
                 tally.tensor_max = max(tally.tensor_max, info.elements)
