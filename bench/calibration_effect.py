@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from costmodel.models import load_default
+from costmodel.training import metrics
 from costmodel.training.calibrate import time_reference
 from costmodel.training.fit import features_frame, select_rows
 from costmodel.training.runner import run_child
@@ -56,10 +57,6 @@ def pick_rows(count: int, max_seconds: float) -> pd.DataFrame:
     return rows.iloc[index].reset_index(drop=True)
 
 
-def fold(pred: np.ndarray, actual: np.ndarray) -> np.ndarray:
-    return np.maximum(pred / actual, actual / pred)
-
-
 def condition(name: str, rows: pd.DataFrame, predicted: np.ndarray,
               reference_model: float, budget: float) -> dict:
     scale = float(np.median(time_reference(budget))) / reference_model
@@ -72,12 +69,11 @@ def condition(name: str, rows: pd.DataFrame, predicted: np.ndarray,
                         else np.nan)
     measured = np.asarray(measured, float)
     ok = np.isfinite(measured)
-    raw, calibrated = fold(predicted[ok], measured[ok]), fold(predicted[ok] * scale, measured[ok])
-    out = {"condition": name, "scale": scale, "programs": int(ok.sum()),
-           "uncalibrated": {"median_fold": float(np.median(raw)),
-                            "p90_fold": float(np.quantile(raw, 0.9))},
-           "calibrated": {"median_fold": float(np.median(calibrated)),
-                          "p90_fold": float(np.quantile(calibrated, 0.9))},
+    errors = {kind: {"median_fold": metrics.median_fold(pred, measured[ok]),
+                     "p90_fold": metrics.p90_fold(pred, measured[ok])}
+              for kind, pred in (("uncalibrated", predicted[ok]),
+                                 ("calibrated", predicted[ok] * scale))}
+    out = {"condition": name, "scale": scale, "programs": int(ok.sum()), **errors,
            "measured_over_predicted_median": float(np.median(measured[ok] / predicted[ok]))}
     print(f"{name:<10} scale {scale:5.2f}  measured/predicted (median) "
           f"{out['measured_over_predicted_median']:5.2f}  fold error median/p90: "

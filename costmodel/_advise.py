@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from costmodel.features import Features, from_lowered
+from costmodel.features import Features
 
 from . import _rewrite
-from ._lowering import features_of, trace_and_lower
+from ._lowering import features_of
 from ._predict import Prediction, _fmt_bytes, _fmt_seconds, predict_features
 
 MIN_REPEATS = 3            # fewer repeats rarely pay for a loop
@@ -63,10 +63,7 @@ class Advice:
 
 
 def _predict_program(fn, shapes, backend: str, target: str, model) -> float:
-    import jax
-
-    traced, lowered = trace_and_lower(jax.jit(fn), tuple(shapes), {}, backend)
-    features = from_lowered(traced, lowered, backend=backend, target=target, jaxpr=False)
+    features, _ = features_of(fn, tuple(shapes), {}, backend, target, jaxpr=False)
     return predict_features(features, model=model).compile_seconds
 
 

@@ -283,16 +283,16 @@ class CompileCostModel:
         else:
             coef = power_law_coef(inputs, z, groups if form == "within" else None)
         base = baseline_log(coef, inputs, form, added)
-        booster = None
+        forest = None
         if self.residual_model and len(z) >= 2 * self.min_samples_leaf:
             booster = HistGradientBoostingRegressor(
                 max_iter=self.max_iter, learning_rate=self.learning_rate,
                 max_leaf_nodes=self.max_leaf_nodes, min_samples_leaf=self.min_samples_leaf,
                 l2_regularization=self.l2_regularization, early_stopping=False,
                 random_state=self.random_state)
-            booster.fit(X.values, z - base)
-        forest = FlatForest(booster) if booster is not None else None
-        return {"coef": coef, "booster": booster, "forest": forest}
+            # only its trees are kept: predictions read the flat copy
+            forest = FlatForest(booster.fit(X.values, z - base))
+        return {"coef": coef, "forest": forest}
 
     def _predict_parts(self, target: str, fitted: dict,
                        X: Table) -> tuple[np.ndarray, np.ndarray]:

@@ -93,6 +93,11 @@ class Placement:
             return jax.jit(fn)
         return jax.jit(fn, out_shardings=self.sharding)
 
+    def lower(self, fn, args):
+        """(traced, lowered) of `fn(*args)` placed here; never compiles."""
+        traced = self.jit(fn).trace(*self.args(args))
+        return traced, traced.lower()
+
     def args(self, args):
         import jax
 
@@ -115,8 +120,7 @@ def compile_once(build, place: Placement, events: CompileEvents):
     """Build a fresh program, trace+lower and compile it: (lower_s, compile_s, event_s, ...)."""
     fn, args = build()
     t0 = time.perf_counter()
-    traced = place.jit(fn).trace(*place.args(args))
-    lowered = traced.lower()
+    traced, lowered = place.lower(fn, args)
     t1 = time.perf_counter()
     mark = events.mark()
     compiled = lowered.compile()
@@ -200,8 +204,7 @@ def measure(build, backend: str = "cpu", target: str = "", max_repeats: int = 3)
 
     fn, args = build()
     t0 = time.perf_counter()
-    traced = place.jit(fn).trace(*place.args(args))
-    lowered = traced.lower()
+    traced, lowered = place.lower(fn, args)
     lower_seconds = time.perf_counter() - t0
     features = from_lowered(traced, lowered, backend=backend, target=target)
 

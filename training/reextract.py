@@ -28,9 +28,8 @@ def row_features(family: str, params: dict, backend: str, target: str, place) ->
 
     spec = corpus.get_family(family)
     jax.config.update("jax_enable_x64", bool(spec.x64))
-    fn, args = spec.build(**params)
-    traced = place.jit(fn).trace(*place.args(args))
-    return from_lowered(traced, traced.lower(), backend=backend, target=target).to_dict()
+    traced, lowered = place.lower(*spec.build(**params))
+    return from_lowered(traced, lowered, backend=backend, target=target).to_dict()
 
 
 def reextract(data: pd.DataFrame, progress: bool = True) -> tuple[pd.DataFrame, list[str]]:
@@ -53,8 +52,9 @@ def reextract(data: pd.DataFrame, progress: bool = True) -> tuple[pd.DataFrame, 
             dropped.append(f"{row['key']}: {type(exc).__name__}: {exc}"[:300])
             continue
         updated.append({**row.to_dict(), **feature_cells(features)})
-    return pd.DataFrame(updated, columns=list(dict.fromkeys(
-        list(data.columns) + (list(updated[0]) if updated else [])))), dropped
+    # the rows' own column order, then any feature column the schema has added
+    columns = list(dict.fromkeys([*data.columns, *(updated[0] if updated else ())]))
+    return pd.DataFrame(updated, columns=columns), dropped
 
 
 def main(argv: list[str] | None = None) -> int:
