@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 2  # 2: f64 tensors counted as 8 bytes (were 1)
+SCHEMA_VERSION = 3  # 2: f64 tensors counted as 8 bytes (were 1); 3: structure features
 
 # Coarse op categories shared by the jaxpr and StableHLO extractors.
 CATEGORIES = (
@@ -68,6 +68,10 @@ STABLEHLO_FEATURES = (
     "fusion_groups",
     "fusion_max_size",
     "fusion_mean_size",
+    "dot_matrix_vector",      # dots with a vector side: XLA:CPU emits them as its own loops
+    "chain_length",           # longest dependency chain of ops, through regions and calls
+    "fanout_max",             # most uses of one value (a weight reused by every unrolled step)
+    "fanout_squares",         # sum over values of uses squared (inlined)
     "param_count",
     "input_bytes",
     "output_bytes",

@@ -147,6 +147,9 @@ class _FunctionTally:
     fusion_sizes: list = field(default_factory=list)
     f64_ops: int = 0
     complex_ops: int = 0
+    matrix_vector_dots: int = 0
+    chain: int = 0  # longest dependency chain, through regions and callees
+    uses: Counter = field(default_factory=Counter)  # SSA value -> number of uses
 
 
 def _short_name(full: str) -> str:
@@ -230,6 +233,9 @@ def _trip_count(while_op) -> int | None:
     return max(0, -(-span // step))
 
 
+_DOT_DIMS = re.compile(r"((?:lhs|rhs)_(?:batching|contracting)_dimensions) = \[([0-9, ]*)\]")
+
+
 def _dot_flops(op) -> float:
     from jax._src.lib.mlir import ir
 
@@ -247,6 +253,35 @@ def _dot_flops(op) -> float:
         contracting = lhs.shape[-1]
     del ir
     return 2.0 * out.elements * contracting
+
+
+def _is_matrix_vector(op) -> bool:
+    """Whether a dot multiplies a matrix by a vector: one side has no free (non-batch,
+    non-contracting) dimension larger than 1.
+
+    XLA:CPU emits these as its own tiled LLVM loops instead of calling a GEMM library, and
+    they cost several times more compile time than a matrix product of the same op count.
+    """
+    lhs, rhs = _tensor(op.operands[0].type), _tensor(op.operands[1].type)
+    if lhs is None or rhs is None:
+        return False
+    if "dot_dimension_numbers" in op.attributes:
+        text = str(op.attributes["dot_dimension_numbers"])
+        dims = {key: [int(d) for d in value.split(",") if d.strip()]
+                for key, value in _DOT_DIMS.findall(text)}
+    else:  # stablehlo.dot: (m, k) x (k, n) or vectors
+        dims = {"lhs_contracting_dimensions": [len(lhs.shape) - 1] if lhs.shape else [],
+                "rhs_contracting_dimensions": [0] if rhs.shape else []}
+
+    def free_and_contracted(info: _TensorInfo, side: str) -> tuple[int, int]:
+        contracting = dims.get(f"{side}_contracting_dimensions", [])
+        skipped = set(contracting) | set(dims.get(f"{side}_batching_dimensions", []))
+        free = math.prod(n for i, n in enumerate(info.shape) if i not in skipped)
+        return free, math.prod(info.shape[i] for i in contracting if i < len(info.shape))
+
+    (lhs_free, contracted), (rhs_free, _) = free_and_contracted(lhs, "lhs"), \
+        free_and_contracted(rhs, "rhs")
+    return contracted > 1 and min(lhs_free, rhs_free) == 1
 
 
 def _conv_flops(op) -> float:
@@ -267,7 +302,11 @@ def _conv_flops(op) -> float:
 
 
 class _Walker:
-    def __init__(self) -> None:
+    """Tallies each function of a module once; a callee is walked when first called, so
+    a caller's dependency chain can run through it."""
+
+    def __init__(self, funcs: dict) -> None:
+        self.funcs = funcs
         self.tallies: dict[str, _FunctionTally] = {}
         # MLIR types are uniqued and a module uses few: decoding each once halves the walk
         self._types: dict = {}
@@ -277,18 +316,22 @@ class _Walker:
             self._types[mlir_type] = _tensor(mlir_type)
         return self._types[mlir_type]
 
-    def function(self, func_op) -> _FunctionTally:
-        tally = _FunctionTally()
-        for region in func_op.regions:
-            for block in region.blocks:
-                self._block(block, tally, trips=1.0, depth=0)
-        return tally
+    def function(self, name: str) -> _FunctionTally:
+        if name not in self.tallies:
+            tally = self.tallies[name] = _FunctionTally()  # a recursive call sees it empty
+            for region in self.funcs[name].regions:
+                for block in region.blocks:
+                    tally.chain = max(tally.chain, self._block(block, tally, 1.0, 0))
+        return self.tallies[name]
 
-    def _block(self, block, tally: _FunctionTally, trips: float, depth: int) -> None:
+    def _block(self, block, tally: _FunctionTally, trips: float, depth: int) -> int:
+        """Tally `block`'s ops into `tally`; returns its longest dependency chain (ops)."""
         from jax._src.lib.mlir import ir
 
         group_of: dict = {}  # result value -> fusion group id (fusible ops only)
         parent: list[int] = []
+        chain_to: dict = {}  # result value -> longest chain of ops ending in it
+        longest = 0
 
         def find(i: int) -> int:
             while parent[i] != i:
@@ -302,6 +345,11 @@ class _Walker:
             if full in HLO_STRUCTURAL:
                 continue
             name = _short_name(full)
+            before = 0
+            for operand in op.operands:
+                tally.uses[operand] += 1
+                before = max(before, chain_to.get(operand, 0))
+            inner = 0  # chain inside the op's regions or its callee
             tally.ops += 1
             tally.ops_weighted += trips
             tally.histogram[name] += 1
@@ -325,6 +373,8 @@ class _Walker:
             if name == "call":
                 callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
                 tally.calls.append((callee, trips, depth))
+                if callee in self.funcs:
+                    inner = self.function(callee).chain
             elif name == "while":
                 trip = _trip_count(op)
                 tally.while_count += 1
@@ -336,11 +386,12 @@ class _Walker:
                     tally.trip_max = max(tally.trip_max, trip)
                     inner = trips * trip
                 tally.total_iterations += inner
-                for region in op.regions[1:]:
-                    for inner_block in region.blocks:
-                        self._block(inner_block, tally, inner, depth + 1)
-                for inner_block in op.regions[0].blocks:
-                    self._block(inner_block, tally, inner, depth + 1)
+                body = max((self._block(inner_block, tally, inner, depth + 1)
+                            for region in op.regions[1:] for inner_block in region.blocks),
+                           default=0)
+                cond = max((self._block(inner_block, tally, inner, depth + 1)
+                            for inner_block in op.regions[0].blocks), default=0)
+                longest = max(longest, self._chain_end(op, chain_to, before + 1 + body + cond))
                 continue
             elif name in ("case", "if"):
                 tally.case_count += 1
@@ -354,6 +405,7 @@ class _Walker:
                 self._constant(op, tally)
             elif name in ("dot_general", "dot"):
                 tally.dot_flops += trips * _dot_flops(op)
+                tally.matrix_vector_dots += _is_matrix_vector(op)
             elif name == "convolution":
                 tally.conv_flops += trips * _conv_flops(op)
             if name in FUSIBLE_HLO:
@@ -367,10 +419,18 @@ class _Walker:
                     group_of[result] = index
             for region in op.regions:
                 for inner_block in region.blocks:
-                    self._block(inner_block, tally, trips, depth)
+                    inner = max(inner, self._block(inner_block, tally, trips, depth))
+            longest = max(longest, self._chain_end(op, chain_to, before + 1 + inner))
         if parent:
             sizes = Counter(find(i) for i in range(len(parent)))
             tally.fusion_sizes.extend(sizes.values())
+        return longest
+
+    @staticmethod
+    def _chain_end(op, chain_to: dict, length: int) -> int:
+        for result in op.results:
+            chain_to[result] = length
+        return length
 
     @staticmethod
     def _constant(op, tally: _FunctionTally) -> None:
@@ -405,6 +465,9 @@ class _Combined:
     dot_flops: float = 0.0
     conv_flops: float = 0.0
     fusion_sizes: list = field(default_factory=list)
+    matrix_vector_dots: float = 0.0
+    fanout_max: int = 0
+    fanout_squares: float = 0.0
 
 
 def _combine(name: str, tallies: dict[str, _FunctionTally], memo: dict, stack: tuple = ()):
@@ -428,6 +491,9 @@ def _combine(name: str, tallies: dict[str, _FunctionTally], memo: dict, stack: t
     result.dot_flops = own.dot_flops
     result.conv_flops = own.conv_flops
     result.fusion_sizes = list(own.fusion_sizes)
+    result.matrix_vector_dots = own.matrix_vector_dots
+    result.fanout_max = max(own.uses.values(), default=0)
+    result.fanout_squares = sum(n * n for n in own.uses.values())
     for callee, trips, depth in own.calls:
         sub = _combine(callee, tallies, memo, stack + (name,))
         result.ops += sub.ops
@@ -444,6 +510,9 @@ def _combine(name: str, tallies: dict[str, _FunctionTally], memo: dict, stack: t
         result.dot_flops += trips * sub.dot_flops
         result.conv_flops += trips * sub.conv_flops
         result.fusion_sizes.extend(sub.fusion_sizes)
+        result.matrix_vector_dots += sub.matrix_vector_dots
+        result.fanout_max = max(result.fanout_max, sub.fanout_max)
+        result.fanout_squares += sub.fanout_squares
     memo[name] = result
     return result
 
@@ -452,7 +521,6 @@ def stablehlo_features(module) -> tuple[dict[str, float], dict]:
     """Compute every `STABLEHLO_FEATURES` value of a parsed module, plus details for `info`."""
     from jax._src.lib.mlir import ir
 
-    walker = _Walker()
     funcs = {}
     entry = None
     for view in module.body.operations:
@@ -470,7 +538,8 @@ def stablehlo_features(module) -> tuple[dict[str, float], dict]:
     if "main" in funcs:
         entry = "main"
     entry = entry or next(iter(funcs))
-    tallies = {name: walker.function(op) for name, op in funcs.items()}
+    walker = _Walker(funcs)
+    tallies = {name: walker.function(name) for name in funcs}
     combined = _combine(entry, tallies, {})
 
     raw_ops = sum(t.ops for t in tallies.values())
@@ -502,6 +571,10 @@ def stablehlo_features(module) -> tuple[dict[str, float], dict]:
     values["fusion_groups"] = len(sizes)
     values["fusion_max_size"] = max(sizes) if sizes else 0
     values["fusion_mean_size"] = sum(sizes) / len(sizes) if sizes else 0.0
+    values["dot_matrix_vector"] = combined.matrix_vector_dots
+    values["chain_length"] = tallies[entry].chain
+    values["fanout_max"] = combined.fanout_max
+    values["fanout_squares"] = combined.fanout_squares
     values["f64_ops"] = sum(t.f64_ops for t in tallies.values())
     values["complex_ops"] = sum(t.complex_ops for t in tallies.values())
     values["unknown_ops"] = combined.unknown

@@ -218,3 +218,43 @@ def test_tensor_bytes_per_element_type(element, width):
     text = jax.jit(lambda x: x).lower(jax.ShapeDtypeStruct((5, 3), jnp.float32)).as_text()
     feats = F.from_stablehlo(text.replace("f32", element))
     assert feats["input_bytes"] == feats["output_bytes"] == 15 * width
+
+
+VEC = jax.ShapeDtypeStruct((16,), jnp.float32)
+MAT = jax.ShapeDtypeStruct((16, 16), jnp.float32)
+BATCH = jax.ShapeDtypeStruct((4, 16, 16), jnp.float32)
+
+
+@pytest.mark.parametrize("fn, args, expected", [
+    (lambda v, m: v @ m, (VEC, MAT), 1),
+    (lambda m, v: m @ v, (MAT, VEC), 1),
+    (lambda a, b: a @ b, (MAT, MAT), 0),
+    (lambda b, v: jnp.einsum("bij,bj->bi", b, v), (BATCH, VEC.update(shape=(4, 16))), 1),
+    (lambda a, b: a @ b, (BATCH, BATCH), 0),
+])
+def test_matrix_vector_dots_are_told_from_matrix_products(fn, args, expected):
+    assert F.extract(fn, *args)["dot_matrix_vector"] == expected
+
+
+def test_chain_length_runs_through_inner_jits():
+    def chain(x):
+        for _ in range(5):
+            x = jnp.sin(x)
+        return x
+
+    assert F.extract(chain, VEC)["chain_length"] == 5
+    inner = jax.jit(chain)
+    # each call is one op on the caller's chain plus the callee's five
+    assert F.extract(lambda x: inner(inner(x)), VEC)["chain_length"] == 12
+
+
+def test_fanout_counts_a_weight_reused_by_every_step():
+    def reuse(m, x):
+        for _ in range(6):
+            x = jnp.tanh(x @ m)
+        return x
+
+    feats = F.extract(reuse, MAT, MAT)
+    assert feats["fanout_max"] == 6
+    # m: 6 uses (36); x and each intermediate: one use each (6 dots + 6 tanh operands)
+    assert feats["fanout_squares"] == 36 + 12

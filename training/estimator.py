@@ -41,14 +41,16 @@ BASELINE_FORMS = {"compile_seconds": "overhead", "peak_rss_bytes": "overhead",
 DRIFT_TERMS = ("hlo_ops_inlined", "hlo_ops_trip_weighted")
 # Size counts of the baseline, per target (each enters as log(1 + count)).
 BASELINE_TERMS = {
-    "compile_seconds": ("hlo_ops_inlined", "hlo_ops_trip_weighted"),
+    # value uses squared: a weight reused by every step of an unrolled loop makes compile
+    # time grow faster than the op count does
+    "compile_seconds": ("hlo_ops_inlined", "fanout_squares"),
     "peak_rss_bytes": ("hlo_ops_inlined", "hlo_ops_trip_weighted", "tensor_sum_elements"),
     "executable_memory_bytes": ("hlo_ops_inlined", "tensor_sum_elements",
                                 "tensor_max_elements", "io_bytes"),
 }
 # Counts whose cost adds to the rest of the compile instead of scaling it (see
 # `overhead_power_law`), per target with an "overhead" baseline.
-ADDED_TERMS = {"compile_seconds": ("dense_constant_bytes",)}
+ADDED_TERMS = {"compile_seconds": ("dense_constant_bytes", "dot_matrix_vector")}
 _EPS = 1e-12
 
 
@@ -141,7 +143,8 @@ class CompileCostModel:
             level from its op mix); "pooled": one least-squares fit of all rows;
             "overhead": a fixed cost plus a power law (see `overhead_power_law`), whose
             growth past the fixed cost is steeper than a plain power law's, plus the
-            added terms of `ADDED_TERMS` (embedded constant bytes, for compile seconds).
+            added terms of `ADDED_TERMS` (for compile seconds: embedded constant bytes and
+            matrix-vector dots, each a cost of its own).
         residual_model: Fit boosted trees on the baseline's residual (False: baseline only).
         max_iter, learning_rate, max_leaf_nodes, min_samples_leaf, l2_regularization:
             Passed to `HistGradientBoostingRegressor`.
