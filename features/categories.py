@@ -106,3 +106,10 @@ def jaxpr_category(primitive: str) -> str | None:
 FUSIBLE_HLO = frozenset(_ELEMENTWISE_HLO | {"broadcast_in_dim", "reshape", "convert", "iota",
                                             "transpose", "slice", "concatenate", "pad",
                                             "reverse", "dynamic_slice"})
+# Elementwise ops that expand to many machine instructions (XLA calls them expensive and
+# will not duplicate them into several consumers of a fusion).
+EXPENSIVE_HLO = frozenset({
+    "exponential", "exponential_minus_one", "log", "log_plus_one", "logistic", "tanh",
+    "sine", "cosine", "tan", "power", "sqrt", "rsqrt", "cbrt", "divide", "remainder",
+    "atan2", "erf", "erf_inv",
+})

@@ -65,9 +65,10 @@ STABLEHLO_FEATURES = (
     "distinct_shapes",
     "dot_flops",
     "conv_flops",
-    "fusion_groups",
+    "fusion_groups",          # loop fusions, grouped consumers first as XLA does
     "fusion_max_size",
     "fusion_mean_size",
+    "fusion_cost_squares",    # sum over fusions of (ops weighted by their cost) squared
     "dot_matrix_vector",      # dots with a vector side: XLA:CPU emits them as its own loops
     "chain_length",           # longest dependency chain of ops, through regions and calls
     "fanout_max",             # most uses of one value (a weight reused by every unrolled step)

@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from .categories import FUSIBLE_HLO, HLO_STRUCTURAL, hlo_category
+from .categories import EXPENSIVE_HLO, FUSIBLE_HLO, HLO_STRUCTURAL, hlo_category
 from .schema import CATEGORIES, HISTOGRAM_OPS, STABLEHLO_FEATURES
 
 
@@ -145,6 +145,7 @@ class _FunctionTally:
     dot_flops: float = 0.0
     conv_flops: float = 0.0
     fusion_sizes: list = field(default_factory=list)
+    fusion_costs: list = field(default_factory=list)
     f64_ops: int = 0
     complex_ops: int = 0
     matrix_vector_dots: int = 0
@@ -301,6 +302,53 @@ def _conv_flops(op) -> float:
     return 2.0 * out.elements * kernel.elements / max(out_features, 1)
 
 
+class _Fusions:
+    """XLA-like loop fusion of one block, from its consumers up: a fusible op joins its
+    consumers' fusion when they all sit in one; a cheap op whose consumers sit in several
+    is duplicated into each (XLA recomputes it rather than materialize it); anything else
+    is the root of a fusion of its own."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._producer: dict = {}  # result value -> position of its op in the block
+        self._users: dict[int, set[int]] = {}
+        self._weights: dict[int, tuple[float, bool]] = {}  # fusible ops: weight, duplicable
+
+    def visit(self, op, weight: float | None, duplicable: bool) -> None:
+        """Record the next op of the block: its fusion cost (None if it does not fuse) and
+        whether XLA would duplicate it into several consumers."""
+        position = self._count
+        self._count += 1
+        for operand in op.operands:
+            producer = self._producer.get(operand)
+            if producer is not None:
+                self._users.setdefault(producer, set()).add(position)
+        for result in op.results:
+            self._producer[result] = position
+        if weight is not None:
+            self._weights[position] = (weight, duplicable)
+
+    def groups(self) -> tuple[list[int], list[float]]:
+        """Ops and summed weights of each fusion."""
+        fusion_of: dict[int, set[int]] = {}
+        sizes: list[int] = []
+        costs: list[float] = []
+        for position in sorted(self._weights, reverse=True):
+            weight, duplicable = self._weights[position]
+            users = self._users.get(position, set())
+            joined = set().union(*(fusion_of.get(user, ()) for user in users))
+            inside = bool(users) and all(user in fusion_of for user in users)
+            if not (inside and (len(joined) == 1 or duplicable)):
+                joined = {len(sizes)}
+                sizes.append(0)
+                costs.append(0.0)
+            fusion_of[position] = joined
+            for fusion in joined:
+                sizes[fusion] += 1
+                costs[fusion] += weight
+        return sizes, costs
+
+
 class _Walker:
     """Tallies each function of a module once; a callee is walked when first called, so
     a caller's dependency chain can run through it."""
@@ -328,23 +376,16 @@ class _Walker:
         """Tally `block`'s ops into `tally`; returns its longest dependency chain (ops)."""
         from jax._src.lib.mlir import ir
 
-        group_of: dict = {}  # result value -> fusion group id (fusible ops only)
-        parent: list[int] = []
+        fusions = _Fusions()
         chain_to: dict = {}  # result value -> longest chain of ops ending in it
         longest = 0
-
-        def find(i: int) -> int:
-            while parent[i] != i:
-                parent[i] = parent[parent[i]]
-                i = parent[i]
-            return i
-
         for view in block.operations:
             op = view.operation
             full = op.name
+            name = _short_name(full)
+            fusions.visit(op, self._fusion_weight(op, name), name not in EXPENSIVE_HLO)
             if full in HLO_STRUCTURAL:
                 continue
-            name = _short_name(full)
             before = 0
             for operand in op.operands:
                 tally.uses[operand] += 1
@@ -408,23 +449,25 @@ class _Walker:
                 tally.matrix_vector_dots += _is_matrix_vector(op)
             elif name == "convolution":
                 tally.conv_flops += trips * _conv_flops(op)
-            if name in FUSIBLE_HLO:
-                index = len(parent)
-                parent.append(index)
-                for operand in op.operands:
-                    other = group_of.get(operand)
-                    if other is not None:
-                        parent[find(other)] = find(index)
-                for result in op.results:
-                    group_of[result] = index
             for region in op.regions:
                 for inner_block in region.blocks:
                     inner = max(inner, self._block(inner_block, tally, trips, depth))
             longest = max(longest, self._chain_end(op, chain_to, before + 1 + inner))
-        if parent:
-            sizes = Counter(find(i) for i in range(len(parent)))
-            tally.fusion_sizes.extend(sizes.values())
+        sizes, costs = fusions.groups()
+        tally.fusion_sizes.extend(sizes)
+        tally.fusion_costs.extend(costs)
         return longest
+
+    def _fusion_weight(self, op, name: str) -> float | None:
+        """An op's cost inside a loop fusion, None if it does not fuse."""
+        if name not in FUSIBLE_HLO:
+            return None
+        info = self._tensor(op.results[0].type) if len(op.results) else None
+        dtype = info.dtype if info is not None else ""
+        # transcendental ops expand to tens of instructions; 64-bit and complex math doubles
+        weight = 4.0 if name in EXPENSIVE_HLO else 1.0
+        return weight * (2.0 if dtype in ("f64", "complex<f64>") else 1.0) \
+            * (2.0 if dtype.startswith("complex") else 1.0)
 
     @staticmethod
     def _chain_end(op, chain_to: dict, length: int) -> int:
@@ -465,6 +508,7 @@ class _Combined:
     dot_flops: float = 0.0
     conv_flops: float = 0.0
     fusion_sizes: list = field(default_factory=list)
+    fusion_costs: list = field(default_factory=list)
     matrix_vector_dots: float = 0.0
     fanout_max: int = 0
     fanout_squares: float = 0.0
@@ -491,6 +535,7 @@ def _combine(name: str, tallies: dict[str, _FunctionTally], memo: dict, stack: t
     result.dot_flops = own.dot_flops
     result.conv_flops = own.conv_flops
     result.fusion_sizes = list(own.fusion_sizes)
+    result.fusion_costs = list(own.fusion_costs)
     result.matrix_vector_dots = own.matrix_vector_dots
     result.fanout_max = max(own.uses.values(), default=0)
     result.fanout_squares = sum(n * n for n in own.uses.values())
@@ -510,6 +555,7 @@ def _combine(name: str, tallies: dict[str, _FunctionTally], memo: dict, stack: t
         result.dot_flops += trips * sub.dot_flops
         result.conv_flops += trips * sub.conv_flops
         result.fusion_sizes.extend(sub.fusion_sizes)
+        result.fusion_costs.extend(sub.fusion_costs)
         result.matrix_vector_dots += sub.matrix_vector_dots
         result.fanout_max = max(result.fanout_max, sub.fanout_max)
         result.fanout_squares += sub.fanout_squares
@@ -571,6 +617,7 @@ def stablehlo_features(module) -> tuple[dict[str, float], dict]:
     values["fusion_groups"] = len(sizes)
     values["fusion_max_size"] = max(sizes) if sizes else 0
     values["fusion_mean_size"] = sum(sizes) / len(sizes) if sizes else 0.0
+    values["fusion_cost_squares"] = sum(cost * cost for cost in combined.fusion_costs)
     values["dot_matrix_vector"] = combined.matrix_vector_dots
     values["chain_length"] = tallies[entry].chain
     values["fanout_max"] = combined.fanout_max

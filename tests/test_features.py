@@ -258,3 +258,29 @@ def test_fanout_counts_a_weight_reused_by_every_step():
     assert feats["fanout_max"] == 6
     # m: 6 uses (36); x and each intermediate: one use each (6 dots + 6 tanh operands)
     assert feats["fanout_squares"] == 36 + 12
+
+
+def test_elementwise_chain_is_one_fusion_weighted_by_op_cost():
+    feats = F.extract(unrolled(10), X)
+    # sin, mul, add and the broadcast of 2.0 per step; the constants do not fuse
+    assert (feats["fusion_groups"], feats["fusion_max_size"]) == (1, 40)
+    # sin weighs 4 (transcendental), the rest 1: (10 * 4 + 30) ** 2
+    assert feats["fusion_cost_squares"] == 70 ** 2
+
+
+def _shared_then_split(first):
+    def f(x, w):
+        y = first(x)
+        return jnp.sin(y) @ w, y * 2  # y feeds two fusions: the dot's operand and an output
+    return f
+
+
+def test_cheap_shared_op_is_duplicated_into_each_fusion_but_expensive_one_is_not():
+    cheap = F.extract(_shared_then_split(lambda x: x + 1), X, X)
+    # {sin, add, broadcast} and {mul, broadcast, add, broadcast}: the add is recomputed
+    assert (cheap["fusion_groups"], cheap["fusion_max_size"]) == (2, 4)
+    assert cheap["fusion_cost_squares"] == 6 ** 2 + 4 ** 2
+    costly = F.extract(_shared_then_split(jnp.exp), X, X)
+    # exp is materialized once: {exp}, {sin}, {mul, broadcast}
+    assert (costly["fusion_groups"], costly["fusion_max_size"]) == (3, 2)
+    assert costly["fusion_cost_squares"] == 4 ** 2 + 4 ** 2 + 2 ** 2

@@ -22,6 +22,7 @@ import pandas as pd
 
 from . import metrics
 from .estimator import (
+    ADDED_TERMS,
     BASELINE_FORMS,
     BASELINE_TERMS,
     LOG_OFFSETS,
@@ -30,7 +31,14 @@ from .estimator import (
     from_log,
     to_log,
 )
-from .fit import families, features_frame, labels, normalized_seconds, select_rows
+from .fit import (
+    families,
+    features_frame,
+    labels,
+    model_params,
+    normalized_seconds,
+    select_rows,
+)
 
 SPLITS = ("leave_family_out", "extrapolation")
 MODELS = ("costmodel", "power_law", "linear")
@@ -196,6 +204,7 @@ def run_evaluation(data: pd.DataFrame, backend: str, target: str = "", *,
     rows = select_rows(data, backend, target)
     label = backend_label(backend, target)
     table = _Table.of(rows)
+    params = model_params(backend, params)
     frames = [predictions(rows, split, models, params, table) for split in splits]
     preds = pd.concat(frames, ignore_index=True)
     report: dict = {}
@@ -302,6 +311,11 @@ def headline(report: dict, label: str) -> str:
             f"{raw or float('nan'):.2f}.")
 
 
+def _terms(backend: str, kind: str, defaults: dict, target: str = "compile_seconds"):
+    """The size counts of `kind` ("baseline_terms" or "added_terms") a backend's model uses."""
+    return {**defaults, **model_params(backend).get(kind, {})}.get(target, ())
+
+
 def write_card(path: Path, manifest: dict, report: dict, rows: pd.DataFrame,
                figures: Sequence[Path]) -> Path:
     """Write the model card: what it was trained on, how well it does, and the plots."""
@@ -320,7 +334,11 @@ def write_card(path: Path, manifest: dict, report: dict, rows: pd.DataFrame,
             "trees on all features correct its residual, learning each kind of program's "
             "level from its op mix. Baselines: "
             + "; ".join(f"{t}: {_FORM_WORDS[BASELINE_FORMS[t]]} in "
-                        f"{', '.join(BASELINE_TERMS[t])}" for t in TARGETS)
+                        f"{', '.join(_terms(manifest['backend'], 'baseline_terms', BASELINE_TERMS, t))}"
+                        for t in TARGETS)
+            + ". Added to the compile-time baseline, each as a power law of its own (a cost "
+            "that adds to the rest rather than scaling it): "
+            + ", ".join(_terms(manifest["backend"], "added_terms", ADDED_TERMS))
             + ". Compile seconds are first divided by the fitted power of the reference "
             "program's time measured alongside, so predictions are for a machine as fast as "
             "the sweep's median; `costmodel.training.calibrate` scales them to another "

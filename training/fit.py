@@ -17,7 +17,14 @@ from costmodel.features import MODEL_FEATURES
 
 from .baseline import drift_power
 from .dataset import FEATURE_PREFIX
-from .estimator import DRIFT_TERMS, TARGETS, CompileCostModel, Table, augment
+from .estimator import (
+    BACKEND_TERMS,
+    DRIFT_TERMS,
+    TARGETS,
+    CompileCostModel,
+    Table,
+    augment,
+)
 
 if TYPE_CHECKING:
     from costmodel.models import Artifact
@@ -72,6 +79,11 @@ def labels(rows: pd.DataFrame) -> dict[str, np.ndarray]:
             for t in TARGETS if t in rows.columns}
 
 
+def model_params(backend: str, params: dict | None = None) -> dict:
+    """`CompileCostModel` arguments for `backend`: its own size terms, then `params`."""
+    return {**BACKEND_TERMS.get(backend, {}), **(params or {})}
+
+
 def train(data: pd.DataFrame, backend: str, target: str = "", **params) -> CompileCostModel:
     """Fit a `CompileCostModel` on the ok rows of `data` for one backend and target.
 
@@ -82,8 +94,9 @@ def train(data: pd.DataFrame, backend: str, target: str = "", **params) -> Compi
     if len(rows) == 0:
         raise ValueError(f"no ok rows for backend={backend!r} target={target!r}")
     reference = rows["ref_seconds"].to_numpy(float) if "ref_seconds" in rows else None
-    return CompileCostModel(**params).fit(features_frame(rows), labels(rows),
-                                          groups=families(rows), reference=reference)
+    model = CompileCostModel(**model_params(backend, params))
+    return model.fit(features_frame(rows), labels(rows), groups=families(rows),
+                     reference=reference)
 
 
 def retrain(data: pd.DataFrame, backend: str, target: str, out: Path, name: str) -> Artifact:
