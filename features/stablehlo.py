@@ -314,16 +314,17 @@ class _Fusions:
         self._users: dict[int, set[int]] = {}
         self._weights: dict[int, tuple[float, bool]] = {}  # fusible ops: weight, duplicable
 
-    def visit(self, op, weight: float | None, duplicable: bool) -> None:
-        """Record the next op of the block: its fusion cost (None if it does not fuse) and
-        whether XLA would duplicate it into several consumers."""
+    def visit(self, operands: list, results: list, weight: float | None,
+              duplicable: bool) -> None:
+        """Record the next op of the block: its SSA values, its fusion cost (None if it
+        does not fuse) and whether XLA would duplicate it into several consumers."""
         position = self._count
         self._count += 1
-        for operand in op.operands:
+        for operand in operands:
             producer = self._producer.get(operand)
             if producer is not None:
                 self._users.setdefault(producer, set()).add(position)
-        for result in op.results:
+        for result in results:
             self._producer[result] = position
         if weight is not None:
             self._weights[position] = (weight, duplicable)
@@ -347,6 +348,25 @@ class _Fusions:
                 sizes[fusion] += 1
                 costs[fusion] += weight
         return sizes, costs
+
+
+def _fusion_weight(name: str, infos: list) -> float | None:
+    """An op's cost inside a loop fusion (from its name and result types), None if it does
+    not fuse."""
+    if name not in FUSIBLE_HLO:
+        return None
+    dtype = infos[0].dtype if infos and infos[0] is not None else ""
+    # transcendental ops expand to tens of instructions; 64-bit and complex math doubles
+    weight = 4.0 if name in EXPENSIVE_HLO else 1.0
+    return weight * (2.0 if dtype in ("f64", "complex<f64>") else 1.0) \
+        * (2.0 if dtype.startswith("complex") else 1.0)
+
+
+def _chain_end(results: list, chain_to: dict, length: int) -> int:
+    """Record that each result ends a chain of `length` ops; returns `length`."""
+    for result in results:
+        chain_to[result] = length
+    return length
 
 
 class _Walker:
@@ -383,11 +403,15 @@ class _Walker:
             op = view.operation
             full = op.name
             name = _short_name(full)
-            fusions.visit(op, self._fusion_weight(op, name), name not in EXPENSIVE_HLO)
+            # each access to op.operands / op.results builds new Python objects: once only
+            operands, results = list(op.operands), list(op.results)
+            infos = [self._tensor(result.type) for result in results]
+            fusions.visit(operands, results, _fusion_weight(name, infos),
+                          name not in EXPENSIVE_HLO)
             if full in HLO_STRUCTURAL:
                 continue
             before = 0
-            for operand in op.operands:
+            for operand in operands:
                 tally.uses[operand] += 1
                 before = max(before, chain_to.get(operand, 0))
             inner = 0  # chain inside the op's regions or its callee
@@ -399,8 +423,7 @@ class _Walker:
                 tally.unknown += 1
             else:
                 tally.categories[category] += 1
-            for result in op.results:
-                info = self._tensor(result.type)
+            for info in infos:
                 if info is None:
                     continue
                 tally.tensor_max = max(tally.tensor_max, info.elements)
@@ -432,7 +455,7 @@ class _Walker:
                            default=0)
                 cond = max((self._block(inner_block, tally, inner, depth + 1)
                             for inner_block in op.regions[0].blocks), default=0)
-                longest = max(longest, self._chain_end(op, chain_to, before + 1 + body + cond))
+                longest = max(longest, _chain_end(results, chain_to, before + 1 + body + cond))
                 continue
             elif name in ("case", "if"):
                 tally.case_count += 1
@@ -452,28 +475,11 @@ class _Walker:
             for region in op.regions:
                 for inner_block in region.blocks:
                     inner = max(inner, self._block(inner_block, tally, trips, depth))
-            longest = max(longest, self._chain_end(op, chain_to, before + 1 + inner))
+            longest = max(longest, _chain_end(results, chain_to, before + 1 + inner))
         sizes, costs = fusions.groups()
         tally.fusion_sizes.extend(sizes)
         tally.fusion_costs.extend(costs)
         return longest
-
-    def _fusion_weight(self, op, name: str) -> float | None:
-        """An op's cost inside a loop fusion, None if it does not fuse."""
-        if name not in FUSIBLE_HLO:
-            return None
-        info = self._tensor(op.results[0].type) if len(op.results) else None
-        dtype = info.dtype if info is not None else ""
-        # transcendental ops expand to tens of instructions; 64-bit and complex math doubles
-        weight = 4.0 if name in EXPENSIVE_HLO else 1.0
-        return weight * (2.0 if dtype in ("f64", "complex<f64>") else 1.0) \
-            * (2.0 if dtype.startswith("complex") else 1.0)
-
-    @staticmethod
-    def _chain_end(op, chain_to: dict, length: int) -> int:
-        for result in op.results:
-            chain_to[result] = length
-        return length
 
     @staticmethod
     def _constant(op, tally: _FunctionTally) -> None:
