@@ -154,3 +154,22 @@ def test_predict_takes_feature_mappings_like_a_frame(quadratic):
     del as_rows[1]["hlo_ops"]
     with pytest.raises(ValueError, match="hlo_ops"):
         model.predict(as_rows)
+
+
+def test_each_backend_fits_its_own_size_terms_and_overrides_keep_the_rest():
+    from conftest import make_rows
+
+    from costmodel.training.estimator import ADDED_TERMS, BACKEND_TERMS, BASELINE_TERMS
+
+    cpu_rows = make_rows(np.linspace(100, 2000, 60))
+    gpu_rows = cpu_rows.assign(backend="gpu", target="h100")
+    cpu = train(cpu_rows, "cpu", "", **FAST)
+    gpu = train(gpu_rows, "gpu", "h100", **FAST)
+    assert cpu.added_["compile_seconds"] == ADDED_TERMS["compile_seconds"]
+    assert "fusion_cost_squares" in cpu.added_["compile_seconds"]
+    assert gpu.added_["compile_seconds"] == BACKEND_TERMS["gpu"]["added_terms"]["compile_seconds"]
+    assert gpu.terms_["compile_seconds"] == ("hlo_ops_inlined", "fanout_squares")
+    # naming one target's terms leaves the other targets on their defaults
+    plain = train(cpu_rows, "cpu", "", baseline_terms={"compile_seconds": ()}, **FAST)
+    assert plain.terms_["compile_seconds"] == ()
+    assert plain.terms_["peak_rss_bytes"] == BASELINE_TERMS["peak_rss_bytes"]
