@@ -106,6 +106,9 @@ def jaxpr_category(primitive: str) -> str | None:
 FUSIBLE_HLO = frozenset(_ELEMENTWISE_HLO | {"broadcast_in_dim", "reshape", "convert", "iota",
                                             "transpose", "slice", "concatenate", "pad",
                                             "reverse", "dynamic_slice"})
+# Fusible ops that change how elements are indexed (strided, padded, stitched, reversed):
+# XLA:GPU composes and simplifies an index map through each of them.
+INDEXING_HLO = frozenset({"slice", "pad", "concatenate", "reverse", "dynamic_slice"})
 # Elementwise ops that expand to many machine instructions (XLA calls them expensive and
 # will not duplicate them into several consumers of a fusion).
 EXPENSIVE_HLO = frozenset({

@@ -69,6 +69,7 @@ STABLEHLO_FEATURES = (
     "fusion_max_size",
     "fusion_mean_size",
     "fusion_cost_squares",    # sum over fusions of (ops weighted by their cost) squared
+    "fusion_indexing_squares",  # sum over fusions of (slices, pads, concats...) squared
     "dot_matrix_vector",      # dots with a vector side: XLA:CPU emits them as its own loops
     "chain_length",           # longest dependency chain of ops, through regions and calls
     "fanout_max",             # most uses of one value (a weight reused by every unrolled step)

@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from .categories import EXPENSIVE_HLO, FUSIBLE_HLO, HLO_STRUCTURAL, hlo_category
+from .categories import EXPENSIVE_HLO, FUSIBLE_HLO, HLO_STRUCTURAL, INDEXING_HLO, hlo_category
 from .schema import CATEGORIES, HISTOGRAM_OPS, STABLEHLO_FEATURES
 
 
@@ -144,8 +144,7 @@ class _FunctionTally:
     shapes: set = field(default_factory=set)
     dot_flops: float = 0.0
     conv_flops: float = 0.0
-    fusion_sizes: list = field(default_factory=list)
-    fusion_costs: list = field(default_factory=list)
+    fusions: list = field(default_factory=list)  # [ops, cost, indexing ops] per fusion
     f64_ops: int = 0
     complex_ops: int = 0
     matrix_vector_dots: int = 0
@@ -312,12 +311,13 @@ class _Fusions:
         self._count = 0
         self._producer: dict = {}  # result value -> position of its op in the block
         self._users: dict[int, set[int]] = {}
-        self._weights: dict[int, tuple[float, bool]] = {}  # fusible ops: weight, duplicable
+        # fusible ops: cost weight, whether XLA duplicates it, whether it changes indexing
+        self._fusible: dict[int, tuple[float, bool, bool]] = {}
 
-    def visit(self, operands: list, results: list, weight: float | None,
-              duplicable: bool) -> None:
-        """Record the next op of the block: its SSA values, its fusion cost (None if it
-        does not fuse) and whether XLA would duplicate it into several consumers."""
+    def visit(self, operands: list, results: list, name: str,
+              weight: float | None) -> None:
+        """Record the next op of the block: its SSA values, its name and its fusion cost
+        (None if it does not fuse)."""
         position = self._count
         self._count += 1
         for operand in operands:
@@ -327,27 +327,27 @@ class _Fusions:
         for result in results:
             self._producer[result] = position
         if weight is not None:
-            self._weights[position] = (weight, duplicable)
+            self._fusible[position] = (weight, name not in EXPENSIVE_HLO,
+                                       name in INDEXING_HLO)
 
-    def groups(self) -> tuple[list[int], list[float]]:
-        """Ops and summed weights of each fusion."""
+    def groups(self) -> list[list]:
+        """`[ops, summed cost weights, indexing ops]` of each fusion."""
         fusion_of: dict[int, set[int]] = {}
-        sizes: list[int] = []
-        costs: list[float] = []
-        for position in sorted(self._weights, reverse=True):
-            weight, duplicable = self._weights[position]
+        groups: list[list] = []
+        for position in sorted(self._fusible, reverse=True):
+            weight, duplicable, indexing = self._fusible[position]
             users = self._users.get(position, set())
             joined = set().union(*(fusion_of.get(user, ()) for user in users))
             inside = bool(users) and all(user in fusion_of for user in users)
             if not (inside and (len(joined) == 1 or duplicable)):
-                joined = {len(sizes)}
-                sizes.append(0)
-                costs.append(0.0)
+                joined = {len(groups)}
+                groups.append([0, 0.0, 0])
             fusion_of[position] = joined
             for fusion in joined:
-                sizes[fusion] += 1
-                costs[fusion] += weight
-        return sizes, costs
+                groups[fusion][0] += 1
+                groups[fusion][1] += weight
+                groups[fusion][2] += indexing
+        return groups
 
 
 def _fusion_weight(name: str, infos: list) -> float | None:
@@ -406,8 +406,7 @@ class _Walker:
             # each access to op.operands / op.results builds new Python objects: once only
             operands, results = list(op.operands), list(op.results)
             infos = [self._tensor(result.type) for result in results]
-            fusions.visit(operands, results, _fusion_weight(name, infos),
-                          name not in EXPENSIVE_HLO)
+            fusions.visit(operands, results, name, _fusion_weight(name, infos))
             if full in HLO_STRUCTURAL:
                 continue
             before = 0
@@ -476,9 +475,7 @@ class _Walker:
                 for inner_block in region.blocks:
                     inner = max(inner, self._block(inner_block, tally, trips, depth))
             longest = max(longest, _chain_end(results, chain_to, before + 1 + inner))
-        sizes, costs = fusions.groups()
-        tally.fusion_sizes.extend(sizes)
-        tally.fusion_costs.extend(costs)
+        tally.fusions.extend(fusions.groups())
         return longest
 
     @staticmethod
@@ -513,8 +510,7 @@ class _Combined:
     call_depth: int = 0
     dot_flops: float = 0.0
     conv_flops: float = 0.0
-    fusion_sizes: list = field(default_factory=list)
-    fusion_costs: list = field(default_factory=list)
+    fusions: list = field(default_factory=list)  # [ops, cost, indexing ops] per fusion
     matrix_vector_dots: float = 0.0
     fanout_max: int = 0
     fanout_squares: float = 0.0
@@ -540,8 +536,7 @@ def _combine(name: str, tallies: dict[str, _FunctionTally], memo: dict, stack: t
     result.total_iterations = own.total_iterations
     result.dot_flops = own.dot_flops
     result.conv_flops = own.conv_flops
-    result.fusion_sizes = list(own.fusion_sizes)
-    result.fusion_costs = list(own.fusion_costs)
+    result.fusions = list(own.fusions)
     result.matrix_vector_dots = own.matrix_vector_dots
     result.fanout_max = max(own.uses.values(), default=0)
     result.fanout_squares = sum(n * n for n in own.uses.values())
@@ -560,8 +555,7 @@ def _combine(name: str, tallies: dict[str, _FunctionTally], memo: dict, stack: t
         result.call_depth = max(result.call_depth, 1 + sub.call_depth)
         result.dot_flops += trips * sub.dot_flops
         result.conv_flops += trips * sub.conv_flops
-        result.fusion_sizes.extend(sub.fusion_sizes)
-        result.fusion_costs.extend(sub.fusion_costs)
+        result.fusions.extend(sub.fusions)
         result.matrix_vector_dots += sub.matrix_vector_dots
         result.fanout_max = max(result.fanout_max, sub.fanout_max)
         result.fanout_squares += sub.fanout_squares
@@ -619,11 +613,12 @@ def stablehlo_features(module) -> tuple[dict[str, float], dict]:
     values["distinct_shapes"] = len(set().union(*(t.shapes for t in tallies.values())))
     values["dot_flops"] = combined.dot_flops
     values["conv_flops"] = combined.conv_flops
-    sizes = combined.fusion_sizes
+    sizes = [size for size, _, _ in combined.fusions]
     values["fusion_groups"] = len(sizes)
     values["fusion_max_size"] = max(sizes) if sizes else 0
     values["fusion_mean_size"] = sum(sizes) / len(sizes) if sizes else 0.0
-    values["fusion_cost_squares"] = sum(cost * cost for cost in combined.fusion_costs)
+    values["fusion_cost_squares"] = sum(cost * cost for _, cost, _ in combined.fusions)
+    values["fusion_indexing_squares"] = sum(n * n for _, _, n in combined.fusions)
     values["dot_matrix_vector"] = combined.matrix_vector_dots
     values["chain_length"] = tallies[entry].chain
     values["fanout_max"] = combined.fanout_max

@@ -284,3 +284,10 @@ def test_cheap_shared_op_is_duplicated_into_each_fusion_but_expensive_one_is_not
     # exp is materialized once: {exp}, {sin}, {mul, broadcast}
     assert (costly["fusion_groups"], costly["fusion_max_size"]) == (3, 2)
     assert costly["fusion_cost_squares"] == 4 ** 2 + 4 ** 2 + 2 ** 2
+
+
+def test_index_changing_ops_are_counted_per_fusion():
+    # two strided slices and a concatenate, fused with the add and its broadcast
+    feats = F.extract(lambda x: jnp.concatenate([x[::2], x[1::2]]) + 1.0, VEC)
+    assert (feats["fusion_groups"], feats["fusion_max_size"]) == (1, 5)
+    assert feats["fusion_indexing_squares"] == 3 ** 2
