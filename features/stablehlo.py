@@ -236,42 +236,24 @@ def _trip_count(while_op) -> int | None:
 _DOT_DIMS = re.compile(r"((?:lhs|rhs)_(?:batching|contracting)_dimensions) = \[([0-9, ]*)\]")
 
 
-def _dot_flops(op) -> float:
-    from jax._src.lib.mlir import ir
+def _dot_stats(op, tensor=_tensor) -> tuple[float, bool]:
+    """Flops of a dot, and whether it multiplies a matrix by a vector (one side has no free,
+    non-batch non-contracting, dimension larger than 1).
 
-    lhs = _tensor(op.operands[0].type)
-    out = _tensor(op.results[0].type)
-    if lhs is None or out is None:
-        return 0.0
-    contracting = 1
-    if "dot_dimension_numbers" in op.attributes:
-        text = str(op.attributes["dot_dimension_numbers"])
-        match = re.search(r"lhs_contracting_dimensions = \[([0-9, ]*)\]", text)
-        dims = [int(d) for d in match.group(1).split(",") if d.strip()] if match else []
-        contracting = math.prod(lhs.shape[d] for d in dims if d < len(lhs.shape)) if dims else 1
-    elif lhs.shape:
-        contracting = lhs.shape[-1]
-    del ir
-    return 2.0 * out.elements * contracting
-
-
-def _is_matrix_vector(op) -> bool:
-    """Whether a dot multiplies a matrix by a vector: one side has no free (non-batch,
-    non-contracting) dimension larger than 1.
-
-    XLA:CPU emits these as its own tiled LLVM loops instead of calling a GEMM library, and
-    they cost several times more compile time than a matrix product of the same op count.
+    XLA:CPU emits matrix-vector dots as its own tiled LLVM loops instead of calling a GEMM
+    library, and they cost several times more compile time than a matrix product of the
+    same op count. `tensor` decodes an MLIR type (the walker passes its cached one).
     """
-    lhs, rhs = _tensor(op.operands[0].type), _tensor(op.operands[1].type)
-    if lhs is None or rhs is None:
-        return False
+    lhs, rhs, out = (tensor(value.type) for value in (*op.operands[:2], op.results[0]))
+    if lhs is None:
+        return 0.0, False
     if "dot_dimension_numbers" in op.attributes:
         text = str(op.attributes["dot_dimension_numbers"])
         dims = {key: [int(d) for d in value.split(",") if d.strip()]
                 for key, value in _DOT_DIMS.findall(text)}
     else:  # stablehlo.dot: (m, k) x (k, n) or vectors
         dims = {"lhs_contracting_dimensions": [len(lhs.shape) - 1] if lhs.shape else [],
-                "rhs_contracting_dimensions": [0] if rhs.shape else []}
+                "rhs_contracting_dimensions": [0] if rhs is not None and rhs.shape else []}
 
     def free_and_contracted(info: _TensorInfo, side: str) -> tuple[int, int]:
         contracting = dims.get(f"{side}_contracting_dimensions", [])
@@ -279,9 +261,12 @@ def _is_matrix_vector(op) -> bool:
         free = math.prod(n for i, n in enumerate(info.shape) if i not in skipped)
         return free, math.prod(info.shape[i] for i in contracting if i < len(info.shape))
 
-    (lhs_free, contracted), (rhs_free, _) = free_and_contracted(lhs, "lhs"), \
-        free_and_contracted(rhs, "rhs")
-    return contracted > 1 and min(lhs_free, rhs_free) == 1
+    lhs_free, contracted = free_and_contracted(lhs, "lhs")
+    flops = 0.0 if out is None else 2.0 * out.elements * contracted
+    if rhs is None:
+        return flops, False
+    rhs_free, _ = free_and_contracted(rhs, "rhs")
+    return flops, contracted > 1 and min(lhs_free, rhs_free) == 1
 
 
 def _conv_flops(op) -> float:
@@ -467,8 +452,9 @@ class _Walker:
             elif name == "constant":
                 self._constant(op, tally)
             elif name in ("dot_general", "dot"):
-                tally.dot_flops += trips * _dot_flops(op)
-                tally.matrix_vector_dots += _is_matrix_vector(op)
+                flops, matrix_vector = _dot_stats(op, self._tensor)
+                tally.dot_flops += trips * flops
+                tally.matrix_vector_dots += matrix_vector
             elif name == "convolution":
                 tally.conv_flops += trips * _conv_flops(op)
             for region in op.regions:

@@ -156,8 +156,7 @@ class CompileCostModel:
             level from its op mix); "pooled": one least-squares fit of all rows;
             "overhead": a fixed cost plus a power law (see `overhead_power_law`), whose
             growth past the fixed cost is steeper than a plain power law's, plus the
-            added terms of `ADDED_TERMS` (for compile seconds: embedded constant bytes,
-            matrix-vector dots and big fusions, each a cost of its own).
+            added terms of `added_terms` (each a cost of its own).
         added_terms: Counts added to an "overhead" baseline, for the targets named
             (others keep `ADDED_TERMS`; `BACKEND_TERMS` holds a backend's own).
         residual_model: Fit boosted trees on the baseline's residual (False: baseline only).
