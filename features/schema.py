@@ -11,7 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 3  # 2: f64 tensors counted as 8 bytes (were 1); 3: structure features
+# 2: f64 tensors counted as 8 bytes (were 1); 3: structure features; 4: cheap one-array ops
+# duplicated into fused consumers when another consumer does not fuse
+SCHEMA_VERSION = 4
 
 # Coarse op categories shared by the jaxpr and StableHLO extractors.
 CATEGORIES = (

@@ -287,48 +287,81 @@ def _conv_flops(op) -> float:
 
 
 class _Fusions:
-    """XLA-like loop fusion of one block, from its consumers up: a fusible op joins its
-    consumers' fusion when they all sit in one; a cheap op whose consumers sit in several
-    is duplicated into each (XLA recomputes it rather than materialize it); anything else
-    is the root of a fusion of its own."""
+    """XLA-like loop fusion of one block, from its consumers up.
+
+    A fusible op joins its consumers' fusion when they all sit in one; a cheap op whose
+    consumers sit in several is duplicated into each (XLA recomputes it rather than
+    materialize it). A cheap op that reads at most one full-size array (the others are
+    broadcasts, iotas, scalars) is also duplicated into the fusions of its fused consumers
+    when some consumer cannot take it, and is materialized besides: XLA's global
+    unfusibility check only protects ops that read more than one array. In a backward
+    pass the running gradient sum is such an op, so each layer's fusion recomputes the
+    sum from every layer above it and fusion sizes grow with depth squared. Anything
+    else is the root of a fusion of its own.
+    """
 
     def __init__(self) -> None:
         self._count = 0
         self._producer: dict = {}  # result value -> position of its op in the block
         self._users: dict[int, set[int]] = {}
-        # fusible ops: cost weight, whether XLA duplicates it, whether it changes indexing
-        self._fusible: dict[int, tuple[float, bool, bool]] = {}
+        # ranks of results that do not count as an array read (broadcasts, iotas, scalars)
+        self._spread: dict[int, int] = {}
+        self._rank: dict[int, int | None] = {}
+        # fusible ops: cost weight, whether XLA duplicates it, whether it changes
+        # indexing, whether it reads at most one array
+        self._fusible: dict[int, tuple[float, bool, bool, bool]] = {}
 
-    def visit(self, operands: list, results: list, name: str,
-              weight: float | None) -> None:
-        """Record the next op of the block: its SSA values, its name and its fusion cost
-        (None if it does not fuse)."""
+    def visit(self, operands: list, results: list, name: str, weight: float | None,
+              rank: int | None = None) -> None:
+        """Record the next op of the block: its SSA values, its name, its fusion cost
+        (None if it does not fuse) and the rank of its first result."""
         position = self._count
         self._count += 1
+        arrays = 0
         for operand in operands:
             producer = self._producer.get(operand)
             if producer is not None:
                 self._users.setdefault(producer, set()).add(position)
+                if producer in self._spread or self._lower_rank(producer, rank):
+                    continue
+            arrays += 1
         for result in results:
             self._producer[result] = position
+        self._rank[position] = rank
+        if name in ("broadcast_in_dim", "iota") or (name == "constant" and rank == 0):
+            self._spread[position] = rank
         if weight is not None:
             self._fusible[position] = (weight, name not in EXPENSIVE_HLO,
-                                       name in INDEXING_HLO)
+                                       name in INDEXING_HLO, arrays <= 1)
+
+    def _lower_rank(self, producer: int, rank: int | None) -> bool:
+        """Whether `producer`'s result has lower rank than `rank` (an index or a scalar
+        operand, not an array read element by element)."""
+        theirs = self._rank.get(producer)
+        return rank is not None and theirs is not None and theirs < rank
 
     def groups(self) -> list[list]:
         """`[ops, summed cost weights, indexing ops]` of each fusion."""
         fusion_of: dict[int, set[int]] = {}
         groups: list[list] = []
+
+        def new_fusion() -> int:
+            groups.append([0, 0.0, 0])
+            return len(groups) - 1
+
         for position in sorted(self._fusible, reverse=True):
-            weight, duplicable, indexing = self._fusible[position]
+            weight, cheap, indexing, unary = self._fusible[position]
             users = self._users.get(position, set())
-            joined = set().union(*(fusion_of.get(user, ()) for user in users))
-            inside = bool(users) and all(user in fusion_of for user in users)
-            if not (inside and (len(joined) == 1 or duplicable)):
-                joined = {len(groups)}
-                groups.append([0, 0.0, 0])
-            fusion_of[position] = joined
-            for fusion in joined:
+            fused = [user for user in users if user in fusion_of]
+            joined = set().union(*(fusion_of[user] for user in fused))
+            if users and len(fused) == len(users) and (len(joined) == 1 or cheap):
+                targets = joined
+            elif cheap and unary and joined:
+                targets = joined | {new_fusion()}
+            else:
+                targets = {new_fusion()}
+            fusion_of[position] = targets
+            for fusion in targets:
                 groups[fusion][0] += 1
                 groups[fusion][1] += weight
                 groups[fusion][2] += indexing
@@ -345,6 +378,11 @@ def _fusion_weight(name: str, infos: list) -> float | None:
     weight = 4.0 if name in EXPENSIVE_HLO else 1.0
     return weight * (2.0 if dtype in ("f64", "complex<f64>") else 1.0) \
         * (2.0 if dtype.startswith("complex") else 1.0)
+
+
+def _rank(infos: list) -> int | None:
+    """Rank of an op's first result (None if it is not a ranked tensor)."""
+    return len(infos[0].shape) if infos and infos[0] is not None else None
 
 
 def _chain_end(results: list, chain_to: dict, length: int) -> int:
@@ -391,7 +429,8 @@ class _Walker:
             # each access to op.operands / op.results builds new Python objects: once only
             operands, results = list(op.operands), list(op.results)
             infos = [self._tensor(result.type) for result in results]
-            fusions.visit(operands, results, name, _fusion_weight(name, infos))
+            fusions.visit(operands, results, name, _fusion_weight(name, infos),
+                          _rank(infos))
             if full in HLO_STRUCTURAL:
                 continue
             before = 0

@@ -286,6 +286,29 @@ def test_cheap_shared_op_is_duplicated_into_each_fusion_but_expensive_one_is_not
     assert costly["fusion_cost_squares"] == 4 ** 2 + 4 ** 2 + 2 ** 2
 
 
+def _running_sum(step, layers=4):
+    def f(x, w):
+        g, outs = x, []
+        for _ in range(layers):
+            g = step(g, x)
+            outs.append(g @ w)  # each partial sum feeds a dot, which does not fuse
+        return outs
+    return f
+
+
+def test_running_sum_over_a_broadcast_is_recomputed_in_every_later_fusion():
+    # g + 1.0 reads one array (the 1.0 is a broadcast): like XLA, each partial sum is
+    # materialized for its dot and also recomputed in the fusion of every later sum, so
+    # fusion k holds k adds and k broadcasts
+    feats = F.extract(_running_sum(lambda g, x: g + 1.0), X, X)
+    assert (feats["fusion_groups"], feats["fusion_max_size"]) == (4, 8)
+    assert feats["fusion_cost_squares"] == 2 ** 2 + 4 ** 2 + 6 ** 2 + 8 ** 2
+    # g + x reads two arrays: materialized once, never recomputed
+    binary = F.extract(_running_sum(lambda g, x: g + x), X, X)
+    assert (binary["fusion_groups"], binary["fusion_max_size"]) == (4, 1)
+    assert binary["fusion_cost_squares"] == 4
+
+
 def test_index_changing_ops_are_counted_per_fusion():
     # two strided slices and a concatenate, fused with the add and its broadcast
     feats = F.extract(lambda x: jnp.concatenate([x[::2], x[1::2]]) + 1.0, VEC)
