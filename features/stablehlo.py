@@ -304,15 +304,15 @@ class _Fusions:
         self._count = 0
         self._producer: dict = {}  # result value -> position of its op in the block
         self._users: dict[int, set[int]] = {}
-        # ranks of results that do not count as an array read (broadcasts, iotas, scalars)
-        self._spread: dict[int, int] = {}
+        # ops whose result does not count as an array read (broadcasts, iotas, scalars)
+        self._spread: set[int] = set()
         self._rank: dict[int, int | None] = {}
         # fusible ops: cost weight, whether XLA duplicates it, whether it changes
         # indexing, whether it reads at most one array
         self._fusible: dict[int, tuple[float, bool, bool, bool]] = {}
 
     def visit(self, operands: list, results: list, name: str, weight: float | None,
-              rank: int | None = None) -> None:
+              rank: int | None) -> None:
         """Record the next op of the block: its SSA values, its name, its fusion cost
         (None if it does not fuse) and the rank of its first result."""
         position = self._count
@@ -329,7 +329,7 @@ class _Fusions:
             self._producer[result] = position
         self._rank[position] = rank
         if name in ("broadcast_in_dim", "iota") or (name == "constant" and rank == 0):
-            self._spread[position] = rank
+            self._spread.add(position)
         if weight is not None:
             self._fusible[position] = (weight, name not in EXPENSIVE_HLO,
                                        name in INDEXING_HLO, arrays <= 1)
