@@ -27,6 +27,7 @@ Register your own family the same way the built-in ones do::
 from . import control as _control  # noqa: F401
 from . import conv as _conv  # noqa: F401  (importing registers the families)
 from . import dense as _dense  # noqa: F401
+from . import library as _library  # noqa: F401
 from . import linalg as _linalg  # noqa: F401
 from . import loops as _loops  # noqa: F401
 from . import misc as _misc  # noqa: F401
