@@ -26,10 +26,10 @@ def _op_count(lowered) -> int:
 
 
 def test_corpus_is_large_enough():
-    assert len(corpus.FAMILIES) >= 18
+    assert len(corpus.FAMILIES) >= 28
     small = {name: len(f.grid) for name, f in corpus.FAMILIES.items() if len(f.grid) < 50}
     assert small == {}
-    assert 1200 <= len(corpus.programs()) <= 1400
+    assert 1700 <= len(corpus.programs()) <= 1900
 
 
 @pytest.mark.parametrize("name", FAMILY_NAMES)
@@ -164,3 +164,41 @@ def test_loop_styles_grid_share_steps():
 def test_bad_knob_value_raises():
     with pytest.raises(ValueError, match="style"):
         corpus.build("loop", {"style": "recursive", "steps": 1, "body": 1, "width": 4})
+
+
+def _features(name: str, **params):
+    from costmodel import features as F
+
+    fn, args = corpus.build(name, params)
+    return F.extract(fn, *args)
+
+
+def test_lookup_tables_are_embedded_and_gathered():
+    embed = _features("lookup_table", size=16384, count=2, mode="embed", grad=False)
+    assert embed["dense_constant_bytes"] == 2 * 16384 * 4
+    assert embed["op_gather"] == 2
+    interp = _features("lookup_table", size=1024, count=4, mode="interp", grad=False)
+    # a sorted grid and its values per table
+    assert interp["dense_constant_bytes"] == 4 * 2 * 1024 * 4
+
+
+def test_experts_switch_is_a_select_under_vmap_and_a_case_in_a_scan():
+    vmapped = _features("experts", branches=4, width=16, mode="vmap", grad=False)
+    scanned = _features("experts", branches=4, width=16, mode="scan", grad=False)
+    assert vmapped["case_count"] == 0 and vmapped["op_dot_general"] == 4 * 2
+    assert scanned["case_count"] == 1 and scanned["while_count"] == 1
+
+
+def test_gnn_aggregates_with_a_scatter_per_layer():
+    feats = _features("gnn", layers=3, nodes=64, aggregate="sum", grad=False)
+    assert feats["op_scatter"] == 3
+    assert feats["op_gather"] == 2 * 3
+
+
+def test_resnet_gradient_adds_the_convolution_transposes():
+    forward = _features("resnet", blocks=2, channels=8, image=16, grad=False)
+    train = _features("resnet", blocks=2, channels=8, image=16, grad=True)
+    convs = 1 + 2 * 2  # stem and two per block
+    assert forward["op_convolution"] == convs
+    # each conv also needs its input gradient (but the stem's) and its weight gradient
+    assert train["op_convolution"] == convs + (convs - 1) + convs

@@ -336,7 +336,7 @@ register(Family(
     name="dropout_mlp",
     description="MLP with dropout masks from a key split per layer, forward or value_and_grad.",
     build=build_dropout_mlp,
-    grid=param_grid(depth=(1, 2, 4, 8, 16), width=(64, 256), impl=("threefry2x32", "rbg"),
+    grid=param_grid(depth=(1, 2, 3, 4, 8, 16, 32), width=(64, 256), impl=("threefry2x32", "rbg"),
                     grad=(False, True)),
 ))
 
@@ -345,7 +345,7 @@ register(Family(
     description="lax.switch among two-layer experts, per example under vmap or per step "
                 "inside a scan, forward or value_and_grad.",
     build=build_experts,
-    grid=param_grid(branches=(2, 4, 8, 16, 32), width=(16, 128), mode=("vmap", "scan"),
+    grid=param_grid(branches=(2, 3, 4, 8, 16, 32, 64), width=(16, 128), mode=("vmap", "scan"),
                     grad=(False, True)),
 ))
 
@@ -354,7 +354,7 @@ register(Family(
     description="Graph message passing: gather senders, dense messages, segment_sum/max into "
                 "receivers; forward or value_and_grad.",
     build=build_gnn,
-    grid=param_grid(layers=(1, 2, 4, 8), nodes=(64, 1024), aggregate=("sum", "max"),
+    grid=param_grid(layers=(1, 2, 4, 8, 16), nodes=(64, 256, 1024), aggregate=("sum", "max"),
                     grad=(False, True)),
 ))
 
@@ -363,5 +363,5 @@ register(Family(
     description="MLP training step with an Adam update per leaf (Optax-style), with or "
                 "without global-norm clipping.",
     build=build_adam,
-    grid=param_grid(layers=(1, 2, 4, 8, 16, 32, 64), width=(16, 128), clip=(False, True)),
+    grid=param_grid(layers=(1, 2, 3, 4, 6, 8, 12, 16, 32, 64), width=(16, 128, 512), clip=(False, True)),
 ))
