@@ -23,6 +23,23 @@ from .registry import Family, param_grid, register, sds
 _DN = ("NHWC", "HWIO", "NHWC")
 
 
+def _forward_or_grad(forward: Callable, grad: bool,
+                     loss: Callable = lambda out: out) -> Callable:
+    """A fresh function that runs ``forward``, or (``grad``) returns ``value_and_grad`` of
+    ``loss(forward(...))`` with respect to its first argument."""
+    if not grad:
+
+        def fn(*args):
+            return forward(*args)
+
+        return fn
+
+    def fn(first, *rest):
+        return jax.value_and_grad(lambda first: loss(forward(first, *rest)))(first)
+
+    return fn
+
+
 def _batch_norm(h, scale, bias):
     mean = jnp.mean(h, axis=(0, 1, 2))
     var = jnp.mean(jnp.square(h - mean), axis=(0, 1, 2))
@@ -60,20 +77,13 @@ def build_resnet(blocks: int, channels: int, image: int, grad: bool,
 
     x_spec, labels = sds((batch, image, image, 3)), sds((batch,), np.int32)
     if not grad:
-
-        def fn(params, x):
-            return forward(params, x)
-
-        return fn, (params, x_spec)
+        return _forward_or_grad(forward, False), (params, x_spec)
 
     def loss(params, x, y):
         logp = jax.nn.log_softmax(forward(params, x))
         return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
 
-    def fn(params, x, y):
-        return jax.value_and_grad(loss)(params, x, y)
-
-    return fn, (params, x_spec, labels)
+    return _forward_or_grad(loss, True), (params, x_spec, labels)
 
 
 def build_lstm(steps: int, hidden: int, style: str, grad: bool,
@@ -102,18 +112,8 @@ def build_lstm(steps: int, hidden: int, style: str, grad: bool,
                 carry, _ = cell(p, carry, xs[t])
         return carry[0]
 
-    xs = sds((steps, batch, features))
-    if not grad:
-
-        def fn(p, xs):
-            return run(p, xs)
-
-        return fn, (params, xs)
-
-    def fn(p, xs):
-        return jax.value_and_grad(lambda p: jnp.sum(run(p, xs) ** 2))(p)
-
-    return fn, (params, xs)
+    fn = _forward_or_grad(run, grad, lambda h: jnp.sum(h**2))
+    return fn, (params, sds((steps, batch, features)))
 
 
 def build_lookup(size: int, count: int, mode: str, grad: bool,
@@ -148,17 +148,7 @@ def build_lookup(size: int, count: int, mode: str, grad: bool,
             return jnp.sum(sum(jnp.interp(x, g, v) for g, v in zip(grids, values, strict=True)))
 
         args = (sds((batch,)),)
-    if grad:
-
-        def fn(*args):
-            return jax.value_and_grad(forward)(*args)
-
-    else:
-
-        def fn(*args):
-            return forward(*args)
-
-    return fn, args
+    return _forward_or_grad(forward, grad), args
 
 
 def build_dropout_mlp(depth: int, width: int, impl: str, grad: bool,
@@ -179,18 +169,8 @@ def build_dropout_mlp(depth: int, width: int, impl: str, grad: bool,
             x = jnp.where(keep, x / (1.0 - rate), 0.0)
         return x
 
-    args = (ws, sds((batch, width)), sds((words,), np.uint32))
-    if not grad:
-
-        def fn(ws, x, key_data):
-            return forward(ws, x, key_data)
-
-        return fn, args
-
-    def fn(ws, x, key_data):
-        return jax.value_and_grad(lambda ws: jnp.mean(forward(ws, x, key_data) ** 2))(ws)
-
-    return fn, args
+    fn = _forward_or_grad(forward, grad, lambda out: jnp.mean(out**2))
+    return fn, (ws, sds((batch, width)), sds((words,), np.uint32))
 
 
 def build_experts(branches: int, width: int, mode: str, grad: bool,
@@ -229,17 +209,7 @@ def build_experts(branches: int, width: int, mode: str, grad: bool,
             return lax.scan(step, x, ids)[0]
 
         ids, x = sds((steps,), np.int32), sds((batch, width))
-    if not grad:
-
-        def fn(params, ids, x):
-            return forward(params, ids, x)
-
-    else:
-
-        def fn(params, ids, x):
-            return jax.value_and_grad(lambda p: jnp.sum(forward(p, ids, x) ** 2))(params)
-
-    return fn, (params, ids, x)
+    return _forward_or_grad(forward, grad, lambda out: jnp.sum(out**2)), (params, ids, x)
 
 
 def build_gnn(layers: int, nodes: int, aggregate: str, grad: bool,
@@ -264,17 +234,7 @@ def build_gnn(layers: int, nodes: int, aggregate: str, grad: bool,
         return jnp.sum(jnp.mean(h, axis=0) ** 2)
 
     args = (params, sds((nodes, width)), sds((edges,), np.int32), sds((edges,), np.int32))
-    if grad:
-
-        def fn(params, h, senders, receivers):
-            return jax.value_and_grad(forward)(params, h, senders, receivers)
-
-    else:
-
-        def fn(params, h, senders, receivers):
-            return forward(params, h, senders, receivers)
-
-    return fn, args
+    return _forward_or_grad(forward, grad), args
 
 
 def build_adam(layers: int, width: int, clip: bool, batch: int = 32) -> tuple[Callable, tuple]:
