@@ -1,7 +1,7 @@
 """Families written the way public JAX libraries write models: a ResNet with batch norm,
 an LSTM, embedding tables and interpolation tables closed over as numpy arrays, an MLP
 train step with dropout, per-example expert choice with ``lax.switch``, graph message
-passing with ``segment_sum`` and an Adam update with gradient clipping.
+passing with ``segment_sum`` and an Adam update (with or without gradient clipping).
 
 Each pairs a construct that one older family alone had (convolution gradients, train
 steps of a recurrent cell, embedded constants, PRNG bits, switch branches, tree-wide
