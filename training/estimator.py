@@ -57,7 +57,8 @@ ADDED_TERMS = {"compile_seconds": ("dense_constant_bytes", "dot_matrix_vector",
 # target, fusion size added nothing and fan-out fitted best as a scaling term; index
 # changes inside a fusion (associative scans are all strided slices and pads: 95 ops took
 # 4-5 s) are a cost of their own. Leave-one-family-out on the deviceless H100 rows gave
-# median fold 1.32 / p90 2.47 this way against 1.39 / 2.96 with the CPU terms (schema 4).
+# median fold 1.32 / p90 2.47 this way against 1.39 / 2.96 with the CPU terms (schema 4,
+# the 500 rows before the library families).
 # On CPU the indexing term made it worse (p90 1.93 -> 2.34).
 BACKEND_TERMS = {"gpu": {
     "baseline_terms": {"compile_seconds": ("hlo_ops_inlined", "fanout_squares")},
