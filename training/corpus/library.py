@@ -6,7 +6,8 @@ passing with ``segment_sum`` and an Adam update (with or without gradient clippi
 Each pairs a construct that one older family alone had (convolution gradients, train
 steps of a recurrent cell, embedded constants, PRNG bits, switch branches, tree-wide
 optimizer math) with a differently shaped program, so that a model evaluated with one
-family held out has still seen the construct; gather and scatter are new here.
+family held out has still seen the construct. Gathers and scatters are new here: before,
+one eigh program held the corpus's only scatter.
 """
 
 from __future__ import annotations
