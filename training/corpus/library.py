@@ -7,7 +7,7 @@ Each pairs a construct that one older family alone had (convolution gradients, t
 steps of a recurrent cell, embedded constants, PRNG bits, switch branches, tree-wide
 optimizer math) with a differently shaped program, so that a model evaluated with one
 family held out has still seen the construct. Gathers and scatters are new here: before,
-one eigh program held the corpus's only scatter.
+the only ones were a single scatter in half of the eigh programs.
 """
 
 from __future__ import annotations
