@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import inspect
 import json
+import re
 
 import jax
 import numpy as np
@@ -26,10 +27,10 @@ def _op_count(lowered) -> int:
 
 
 def test_corpus_is_large_enough():
-    assert len(corpus.FAMILIES) >= 28
+    assert len(corpus.FAMILIES) >= 32
     small = {name: len(f.grid) for name, f in corpus.FAMILIES.items() if len(f.grid) < 50}
     assert small == {}
-    assert 1700 <= len(corpus.programs()) <= 1900
+    assert 1950 <= len(corpus.programs()) <= 2100
 
 
 @pytest.mark.parametrize("name", FAMILY_NAMES)
@@ -202,3 +203,49 @@ def test_resnet_gradient_adds_the_convolution_transposes():
     assert forward["op_convolution"] == convs
     # each conv also needs its input gradient (but the stem's) and its weight gradient
     assert train["op_convolution"] == convs + (convs - 1) + convs
+
+
+def _conv_layouts(name: str, **params) -> collections.Counter:
+    fn, args = corpus.build(name, params)
+    text = jax.jit(fn).trace(*args).lower().as_text()
+    return collections.Counter(re.findall(r"dim_numbers = (\[[^\]]*\]x\[[^\]]*\]->\[[^\]]*\])", text))
+
+
+def test_wavenet_layout_decides_the_convolution_dimension_numbers():
+    # the input conv and three per layer, less the last layer's unused residual conv
+    convs = 1 + 3 * 3 - 1
+    last = _conv_layouts("wavenet", layers=3, channels=16, layout="NWC", grad=False)
+    first = _conv_layouts("wavenet", layers=3, channels=16, layout="NCW", grad=False)
+    assert last == {"[b, 0, f]x[0, i, o]->[b, 0, f]": convs}
+    assert first == {"[b, f, 0]x[o, i, 0]->[b, f, 0]": convs}
+
+
+def test_vit_attention_batches_over_non_leading_dimensions():
+    fn, args = corpus.build("vit", {"depth": 2, "width": 64, "patch": 8, "grad": False})
+    text = jax.jit(fn).trace(*args).lower().as_text()
+    # scores (bqhd,bkhd) and values (bhqk,bkhd) einsums, once per block
+    assert text.count("batching_dims = [0, 2] x [0, 2]") == 2
+    assert text.count("batching_dims = [0, 2] x [0, 1]") == 2
+    assert re.findall(r"stride = \[(\d+), (\d+)\]", text) == [("8", "8")]
+
+
+@pytest.mark.parametrize("matvecs", [1, 4])
+def test_bcoo_products_gather_twice_and_scatter_once(matvecs):
+    feats = _features("bcoo_power", n=256, nnz_per_row=4, matvecs=matvecs, grad=False)
+    products = matvecs + 1  # the iterations and the Rayleigh quotient's
+    assert feats["op_scatter"] == products
+    assert feats["op_gather"] == 2 * products
+
+
+def test_beam_search_top_k_per_step_unrolled_and_once_in_a_scan():
+    texts = {}
+    for style in ("unrolled", "scan"):
+        fn, args = corpus.build("beam_search", {"steps": 4, "beam": 4, "vocab": 512,
+                                                "style": style})
+        texts[style] = jax.jit(fn).trace(*args).lower().as_text()
+    assert texts["unrolled"].count("chlo.top_k") == 4
+    assert "stablehlo.while" not in texts["unrolled"]
+    assert texts["scan"].count("chlo.top_k") == 1
+    assert texts["scan"].count("stablehlo.while") == 1
+    for text in texts.values():  # token ids per batch, beam and step
+        assert "tensor<2x4x4xi32>" in text.splitlines()[1]

@@ -24,6 +24,7 @@ Register your own family the same way the built-in ones do::
     fn, args = build("softmax_chain", {"n": 4, "width": 32})
 """
 
+from . import applied as _applied  # noqa: F401
 from . import control as _control  # noqa: F401
 from . import conv as _conv  # noqa: F401  (importing registers the families)
 from . import dense as _dense  # noqa: F401

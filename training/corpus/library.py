@@ -41,6 +41,12 @@ def _forward_or_grad(forward: Callable, grad: bool,
     return fn
 
 
+def _cross_entropy(logits, labels):
+    """Mean cross-entropy of integer ``labels`` under ``logits`` (batch x classes)."""
+    logp = jax.nn.log_softmax(logits)
+    return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=1))
+
+
 def _batch_norm(h, scale, bias):
     mean = jnp.mean(h, axis=(0, 1, 2))
     var = jnp.mean(jnp.square(h - mean), axis=(0, 1, 2))
@@ -80,11 +86,8 @@ def build_resnet(blocks: int, channels: int, image: int, grad: bool,
     if not grad:
         return _forward_or_grad(forward, False), (params, x_spec)
 
-    def loss(params, x, y):
-        logp = jax.nn.log_softmax(forward(params, x))
-        return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
-
-    return _forward_or_grad(loss, True), (params, x_spec, labels)
+    return (_forward_or_grad(lambda params, x, y: _cross_entropy(forward(params, x), y), True),
+            (params, x_spec, labels))
 
 
 def build_lstm(steps: int, hidden: int, style: str, grad: bool,
