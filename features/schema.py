@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # 2: f64 tensors counted as 8 bytes (were 1); 3: structure features; 4: cheap one-array ops
-# duplicated into fused consumers when another consumer does not fuse
-SCHEMA_VERSION = 4
+# duplicated into fused consumers when another consumer does not fuse; 5: layout_transposes
+SCHEMA_VERSION = 5
 
 # Coarse op categories shared by the jaxpr and StableHLO extractors.
 CATEGORIES = (
@@ -73,6 +73,7 @@ STABLEHLO_FEATURES = (
     "fusion_cost_squares",    # sum over fusions of (ops weighted by their cost) squared
     "fusion_indexing_squares",  # sum over fusions of (slices, pads, concats...) squared
     "dot_matrix_vector",      # dots with a vector side: XLA:CPU emits them as its own loops
+    "layout_transposes",      # conv/dot operands and results copied into the library's layout
     "chain_length",           # longest dependency chain of ops, through regions and calls
     "fanout_max",             # most uses of one value (a weight reused by every unrolled step)
     "fanout_squares",         # sum over values of uses squared (inlined)

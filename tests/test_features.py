@@ -236,6 +236,31 @@ def test_matrix_vector_dots_are_told_from_matrix_products(fn, args, expected):
     assert F.extract(fn, *args)["dot_matrix_vector"] == expected
 
 
+def _conv(dimension_numbers):
+    return lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                                 dimension_numbers=dimension_numbers)
+
+
+def _f32(*shape):
+    return jax.ShapeDtypeStruct(shape, jnp.float32)
+
+
+@pytest.mark.parametrize("fn, args, expected", [
+    (_conv(("NHWC", "HWIO", "NHWC")), (_f32(4, 16, 16, 8), _f32(3, 3, 8, 8)), 0),
+    (_conv(("NCHW", "OIHW", "NCHW")), (_f32(4, 8, 16, 16), _f32(8, 8, 3, 3)), 3),
+    (_conv(("NHWC", "OIHW", "NHWC")), (_f32(4, 16, 16, 8), _f32(8, 8, 3, 3)), 1),
+    # both gradient convolutions of a channels-last one batch over features or spatial dims
+    (jax.grad(lambda x, w: _conv(("NHWC", "HWIO", "NHWC"))(x, w).sum(), argnums=(0, 1)),
+     (_f32(4, 16, 16, 8), _f32(3, 3, 8, 8)), 4),
+    (lambda q, k: jnp.einsum("bqhd,bkhd->bhqk", q, k), (_f32(2, 8, 4, 16),) * 2, 2),
+    (lambda q, k: jnp.einsum("bhqd,bhkd->bhqk", q, k), (_f32(2, 4, 8, 16),) * 2, 0),
+    (lambda a, b: jnp.einsum("km,kn->mn", a, b), (_f32(8, 4), _f32(8, 5)), 0),
+    (lambda a, v: jnp.einsum("mkn,k->mn", a, v), (_f32(3, 8, 5), _f32(8)), 1),
+])
+def test_layout_transposes_count_operands_outside_the_library_layout(fn, args, expected):
+    assert F.extract(fn, *args)["layout_transposes"] == expected
+
+
 def test_chain_length_runs_through_inner_jits():
     def chain(x):
         for _ in range(5):
