@@ -299,8 +299,9 @@ def _conv_transposes(op) -> int:
     XLA:CPU's library convolution (input and result [b, spatial..., f], kernel
     [spatial..., i, o]); each becomes a transposing loop kernel of its own. Measured in one
     process: a 2-D convolution compiled in 88 ms channels-first, 7 ms channels-last."""
-    match = _CONV_DIMS.search(str(op.attributes["dimension_numbers"])) if (
-        "dimension_numbers" in op.attributes) else None
+    if "dimension_numbers" not in op.attributes:
+        return 0
+    match = _CONV_DIMS.search(str(op.attributes["dimension_numbers"]))
     if match is None:
         return 0
     lhs, kernel, out = ([s.strip() for s in group.split(",")] for group in match.groups())
