@@ -279,8 +279,8 @@ def _dot_stats(op, tensor=_tensor) -> tuple[float, bool, int]:
 def _operand_transposed(rank: int, batch: list[int], contracting: list[int]) -> bool:
     """Whether XLA:CPU copies a dot operand into another layout before its batched matrix
     product: the batch dimensions must lead, in order, and the contracting ones sit
-    together at either end of the rest (a transposed matrix is only a layout). Measured in
-    one process: ``bqhd,bkhd->bhqk`` compiled in 55 ms, ``bhqd,bhkd->bhqk`` in 6 ms."""
+    together at either end of the rest (a transposed matrix is only a layout).
+    `bench/layout_cost.py`: ``bqhd,bkhd->bhqk`` compiled in 86 ms, ``bhqd,bhkd->bhqk`` in 11."""
     if list(batch) != list(range(len(batch))):
         return True
     rest = [d for d in range(rank) if d not in batch]
@@ -297,8 +297,9 @@ _CONV_DIMS = re.compile(r"\[([^\]]*)\]x\[([^\]]*)\]->\[([^\]]*)\]")
 def _conv_transposes(op) -> int:
     """How many of a convolution's input, kernel and result are not in the layout of
     XLA:CPU's library convolution (input and result [b, spatial..., f], kernel
-    [spatial..., i, o]); each becomes a transposing loop kernel of its own. Measured in one
-    process: a 2-D convolution compiled in 88 ms channels-first, 7 ms channels-last."""
+    [spatial..., i, o]); each becomes a transposing loop kernel of its own.
+    `bench/layout_cost.py`: a 2-D convolution compiled in 116 ms channels-first (NCHW/OIHW),
+    65 ms with only the kernel OIHW, 10.5 ms channels-last."""
     if "dimension_numbers" not in op.attributes:
         return 0
     match = _CONV_DIMS.search(str(op.attributes["dimension_numbers"]))
