@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +25,7 @@ import numpy as np
 from jax import lax
 
 import costmodel
+from costmodel._demo import _measure as compile_seconds  # one timed compile of build()
 from costmodel.training.reference import build_reference
 
 
@@ -181,14 +181,6 @@ PROGRAMS = {
     "fft conv grad": lambda: fft_conv(True),
     "gumbel top-k": gumbel_top_k,
 }
-
-
-def compile_seconds(build) -> float:
-    fn, args = build()
-    lowered = jax.jit(fn).trace(*args).lower()
-    start = time.perf_counter()
-    lowered.compile()
-    return time.perf_counter() - start
 
 
 def fold(a: float, b: float) -> float:
