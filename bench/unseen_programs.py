@@ -26,6 +26,7 @@ from jax import lax
 
 import costmodel
 from costmodel._demo import _measure as compile_seconds  # one timed compile of build()
+from costmodel.models import load_default
 from costmodel.training.reference import build_reference
 
 
@@ -193,14 +194,15 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args()
     jax.config.update("jax_enable_compilation_cache", False)
+    model = load_default("cpu")
     predictions = {}
     for name, build in PROGRAMS.items():
         fn, fn_args = build()
-        p = costmodel.predict(fn, *fn_args, backend="cpu")
+        p = costmodel.predict(fn, *fn_args, backend="cpu", model=model)
         scale = p.calibration_scale  # undo a calibration file, if this machine has one
         predictions[name] = (p.compile_seconds / scale,
                              tuple(v / scale for v in p.compile_seconds_interval))
-    model_reference = p._artifact.manifest["reference_seconds"]
+    model_reference = model.manifest["reference_seconds"]
     programs = {"(reference)": build_reference, **PROGRAMS}
     for build in programs.values():  # warm-up: first-compile costs off the clock
         compile_seconds(build)
@@ -211,7 +213,7 @@ def main() -> None:
     reference = statistics.median(times.pop("(reference)"))
     speed = reference / model_reference
     print(f"reference program: {reference * 1e3:.0f} ms here, {model_reference * 1e3:.0f} ms "
-          f"in the model's sweep (scale {speed:.2f}); model {p.model_version}")
+          f"in the model's sweep (scale {speed:.2f}); model {model.version}")
     rows = []
     for name, (point, (lo, hi)) in predictions.items():
         measured = statistics.median(times[name])
@@ -229,7 +231,7 @@ def main() -> None:
     print(", ".join(f"{k} {v:.2f}" for k, v in summary.items()))
     if args.json:
         with open(args.json, "w") as out:
-            json.dump({"rounds": args.rounds, "model": p.model_version, "speed_scale": speed,
+            json.dump({"rounds": args.rounds, "model": model.version, "speed_scale": speed,
                        "reference_s": reference, "summary": summary, "results": rows}, out,
                       indent=1)
 

@@ -294,38 +294,32 @@ def _operand_transposed(rank: int, batch: list[int], contracting: list[int]) -> 
 _CONV_DIMS = re.compile(r"\[([^\]]*)\]x\[([^\]]*)\]->\[([^\]]*)\]")
 
 
-def _conv_transposes(op) -> int:
-    """How many of a convolution's input, kernel and result are not in the layout of
-    XLA:CPU's library convolution (input and result [b, spatial..., f], kernel
+def _conv_stats(op, tensor=_tensor) -> tuple[float, int]:
+    """Flops of a convolution, and how many of its input, kernel and result are not in the
+    layout of XLA:CPU's library convolution (input and result [b, spatial..., f], kernel
     [spatial..., i, o]); each becomes a transposing loop kernel of its own.
     `bench/layout_cost.py`: a 2-D convolution compiled in 116 ms channels-first (NCHW/OIHW),
-    65 ms with only the kernel OIHW, 10.5 ms channels-last."""
-    if "dimension_numbers" not in op.attributes:
-        return 0
-    match = _CONV_DIMS.search(str(op.attributes["dimension_numbers"]))
-    if match is None:
-        return 0
-    lhs, kernel, out = ([s.strip() for s in group.split(",")] for group in match.groups())
-    spatial = [str(i) for i in range(len(lhs) - 2)]
-    return ((lhs != ["b", *spatial, "f"]) + (kernel != [*spatial, "i", "o"])
-            + (out != ["b", *spatial, "f"]))
+    65 ms with only the kernel OIHW, 10.5 ms channels-last.
 
-
-def _conv_flops(op) -> float:
-    kernel = _tensor(op.operands[1].type)
-    out = _tensor(op.results[0].type)
+    dim_numbers prints as [b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]; the kernel's `o` gives
+    the output features the flops divide out.
+    """
+    text = str(op.attributes["dimension_numbers"]) if "dimension_numbers" in op.attributes else ""
+    match = _CONV_DIMS.search(text)
+    kernel_dims, transposes = [], 0
+    if match is not None:
+        lhs_dims, kernel_dims, out_dims = ([s.strip() for s in group.split(",")]
+                                           for group in match.groups())
+        spatial = [str(i) for i in range(len(lhs_dims) - 2)]
+        transposes = ((lhs_dims != ["b", *spatial, "f"]) + (kernel_dims != [*spatial, "i", "o"])
+                      + (out_dims != ["b", *spatial, "f"]))
+    kernel, out = tensor(op.operands[1].type), tensor(op.results[0].type)
     if kernel is None or out is None or not kernel.shape:
-        return 0.0
-    # dim_numbers prints as [b, 0, 1, f]x[0, 1, i, o]->[...]: find the kernel's `o`.
+        return 0.0, transposes
     out_features = kernel.shape[-1]
-    if "dimension_numbers" in op.attributes:
-        text = str(op.attributes["dimension_numbers"])
-        match = re.search(r"x\[([^\]]*)\]", text)
-        if match:
-            letters = [s.strip() for s in match.group(1).split(",")]
-            if "o" in letters and letters.index("o") < len(kernel.shape):
-                out_features = kernel.shape[letters.index("o")]
-    return 2.0 * out.elements * kernel.elements / max(out_features, 1)
+    if "o" in kernel_dims and kernel_dims.index("o") < len(kernel.shape):
+        out_features = kernel.shape[kernel_dims.index("o")]
+    return 2.0 * out.elements * kernel.elements / max(out_features, 1), transposes
 
 
 class _Fusions:
@@ -538,8 +532,9 @@ class _Walker:
                 tally.matrix_vector_dots += matrix_vector
                 tally.layout_transposes += transposes
             elif name == "convolution":
-                tally.conv_flops += trips * _conv_flops(op)
-                tally.layout_transposes += _conv_transposes(op)
+                flops, transposes = _conv_stats(op, self._tensor)
+                tally.conv_flops += trips * flops
+                tally.layout_transposes += transposes
             for region in op.regions:
                 for inner_block in region.blocks:
                     inner = max(inner, self._block(inner_block, tally, trips, depth))

@@ -165,10 +165,7 @@ def build_beam_search(steps: int, beam: int, vocab: int, style: str, batch: int 
                 state = step(params, state, t)
         return state[0], state[1]
 
-    def fn(params, h0):
-        return decode(params, h0)
-
-    return fn, (params, sds((batch, hidden)))
+    return decode, (params, sds((batch, hidden)))
 
 
 register(Family(
