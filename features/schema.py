@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # 2: f64 tensors counted as 8 bytes (were 1); 3: structure features; 4: cheap one-array ops
-# duplicated into fused consumers when another consumer does not fuse; 5: layout_transposes
-SCHEMA_VERSION = 5
+# duplicated into fused consumers when another consumer does not fuse; 5: layout_transposes;
+# 6: kernels per sequence
+SCHEMA_VERSION = 6
 
 # Coarse op categories shared by the jaxpr and StableHLO extractors.
 CATEGORIES = (
@@ -75,6 +76,8 @@ STABLEHLO_FEATURES = (
     "dot_matrix_vector",      # dots with a vector side: XLA:CPU emits them as its own loops
     "layout_transposes",      # conv/dot operands and results copied into the library's layout
     "chain_length",           # longest dependency chain of ops, through regions and calls
+    "sequence_kernels_max",   # kernels run as one sequence (a function body, a loop body)
+    "sequence_kernel_squares",  # sum over such sequences of kernels squared
     "fanout_max",             # most uses of one value (a weight reused by every unrolled step)
     "fanout_squares",         # sum over values of uses squared (inlined)
     "param_count",

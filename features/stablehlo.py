@@ -151,6 +151,8 @@ class _FunctionTally:
     layout_transposes: int = 0
     chain: int = 0  # longest dependency chain, through regions and callees
     uses: Counter = field(default_factory=Counter)  # SSA value -> number of uses
+    # (kernels, callees, is the function's own body) per block that runs as one sequence
+    sequences: list = field(default_factory=list)
 
 
 def _short_name(full: str) -> str:
@@ -421,6 +423,11 @@ def _rank(infos: list) -> int | None:
     return len(infos[0].shape) if infos and infos[0] is not None else None
 
 
+# Ops that launch no kernel of their own: calls are inlined, the rest are bookkeeping.
+_NOT_KERNELS = frozenset({"constant", "call", "tuple", "get_tuple_element",
+                          "optimization_barrier"})
+
+
 def _chain_end(results: list, chain_to: dict, length: int) -> int:
     """Record that each result ends a chain of `length` ops; returns `length`."""
     for result in results:
@@ -448,14 +455,22 @@ class _Walker:
             tally = self.tallies[name] = _FunctionTally()  # a recursive call sees it empty
             for region in self.funcs[name].regions:
                 for block in region.blocks:
-                    tally.chain = max(tally.chain, self._block(block, tally, 1.0, 0))
+                    tally.chain = max(tally.chain,
+                                      self._block(block, tally, 1.0, 0, sequence="body"))
         return self.tallies[name]
 
-    def _block(self, block, tally: _FunctionTally, trips: float, depth: int) -> int:
-        """Tally `block`'s ops into `tally`; returns its longest dependency chain (ops)."""
+    def _block(self, block, tally: _FunctionTally, trips: float, depth: int,
+               sequence: str | None = None) -> int:
+        """Tally `block`'s ops into `tally`; returns its longest dependency chain (ops).
+
+        `sequence` says the block runs as a sequence of kernels of its own: "body" for a
+        function's body, "region" for a loop body or a branch (None: the block is
+        compiled into its op's kernel, as a reduction's body is).
+        """
         from jax._src.lib.mlir import ir
 
         fusions = _Fusions()
+        kernels, callees = 0, []  # unfused ops and calls of this block
         chain_to: dict = {}  # result value -> longest chain of ops ending in it
         longest = 0
         for view in block.operations:
@@ -474,6 +489,8 @@ class _Walker:
                 tally.uses[operand] += 1
                 before = max(before, chain_to.get(operand, 0))
             inner = 0  # chain inside the op's regions or its callee
+            if name not in FUSIBLE_HLO and name not in _NOT_KERNELS:
+                kernels += 1
             tally.ops += 1
             tally.ops_weighted += trips
             tally.histogram[name] += 1
@@ -496,6 +513,7 @@ class _Walker:
             if name == "call":
                 callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
                 tally.calls.append((callee, trips, depth))
+                callees.append(callee)
                 if callee in self.funcs:
                     inner = self.function(callee).chain
             elif name == "while":
@@ -509,10 +527,10 @@ class _Walker:
                     tally.trip_max = max(tally.trip_max, trip)
                     inner = trips * trip
                 tally.total_iterations += inner
-                body = max((self._block(inner_block, tally, inner, depth + 1)
+                body = max((self._block(inner_block, tally, inner, depth + 1, "region")
                             for region in op.regions[1:] for inner_block in region.blocks),
                            default=0)
-                cond = max((self._block(inner_block, tally, inner, depth + 1)
+                cond = max((self._block(inner_block, tally, inner, depth + 1, "region")
                             for inner_block in op.regions[0].blocks), default=0)
                 longest = max(longest, _chain_end(results, chain_to, before + 1 + body + cond))
                 continue
@@ -535,11 +553,15 @@ class _Walker:
                 flops, transposes = _conv_stats(op, self._tensor)
                 tally.conv_flops += trips * flops
                 tally.layout_transposes += transposes
+            branches = "region" if name in ("case", "if") else None
             for region in op.regions:
                 for inner_block in region.blocks:
-                    inner = max(inner, self._block(inner_block, tally, trips, depth))
+                    inner = max(inner, self._block(inner_block, tally, trips, depth, branches))
             longest = max(longest, _chain_end(results, chain_to, before + 1 + inner))
-        tally.fusions.extend(fusions.groups())
+        groups = fusions.groups()
+        tally.fusions.extend(groups)
+        if sequence is not None:
+            tally.sequences.append((kernels + len(groups), callees, sequence == "body"))
         return longest
 
     @staticmethod
@@ -630,6 +652,30 @@ def _combine(name: str, tallies: dict[str, _FunctionTally], memo: dict, stack: t
     return result
 
 
+def _kernel_sequences(name: str, tallies: dict[str, _FunctionTally], memo: dict,
+                      stack: tuple = ()) -> tuple[int, list[int]]:
+    """Kernels of `name`'s body with its calls inlined, and the kernels of each loop body
+    and branch it runs (its callees' included; cycles are cut)."""
+    if name in memo:
+        return memo[name]
+    own = tallies.get(name)
+    if own is None or name in stack:
+        return 0, []
+    body, nested = 0, []
+    for kernels, callees, is_body in own.sequences:
+        for callee in callees:
+            callee_body, callee_nested = _kernel_sequences(callee, tallies, memo,
+                                                           stack + (name,))
+            kernels += callee_body
+            nested.extend(callee_nested)
+        if is_body:
+            body += kernels
+        else:
+            nested.append(kernels)
+    memo[name] = body, nested
+    return memo[name]
+
+
 def stablehlo_features(module) -> tuple[dict[str, float], dict]:
     """Compute every `STABLEHLO_FEATURES` value of a parsed module, plus details for `info`."""
     from jax._src.lib.mlir import ir
@@ -689,6 +735,9 @@ def stablehlo_features(module) -> tuple[dict[str, float], dict]:
     values["dot_matrix_vector"] = combined.matrix_vector_dots
     values["layout_transposes"] = combined.layout_transposes
     values["chain_length"] = tallies[entry].chain
+    body, nested = _kernel_sequences(entry, tallies, {})
+    values["sequence_kernels_max"] = max([body, *nested])
+    values["sequence_kernel_squares"] = sum(n * n for n in [body, *nested])
     values["fanout_max"] = combined.fanout_max
     values["fanout_squares"] = combined.fanout_squares
     values["f64_ops"] = sum(t.f64_ops for t in tallies.values())

@@ -339,3 +339,40 @@ def test_index_changing_ops_are_counted_per_fusion():
     feats = F.extract(lambda x: jnp.concatenate([x[::2], x[1::2]]) + 1.0, VEC)
     assert (feats["fusion_groups"], feats["fusion_max_size"]) == (1, 5)
     assert feats["fusion_indexing_squares"] == 3 ** 2
+
+
+def _tanh_layers(m, x, steps):
+    for _ in range(steps):
+        x = jnp.tanh(x @ m)
+    return x
+
+
+def test_kernel_sequences_count_unrolled_steps_in_one_sequence_and_a_scan_body_once():
+    # each step is one dot (a library call) and one tanh fusion, all in the entry
+    feats = F.extract(lambda m, x: _tanh_layers(m, x, 6), MAT, MAT)
+    assert feats["sequence_kernels_max"] == 12
+    assert feats["sequence_kernel_squares"] == 144
+
+    def scanned(m, x):
+        return lax.scan(lambda c, _: (_tanh_layers(m, c, 1), None), x, None, length=50)[0]
+
+    feats = F.extract(scanned, MAT, MAT)
+    # the entry runs the while op; its body (dot, tanh, the counter's add) and its
+    # condition (compare) run as sequences of their own, whatever the trip count
+    assert feats["sequence_kernels_max"] == 3
+    assert feats["sequence_kernel_squares"] == 1 + 9 + 1
+
+
+def test_kernel_sequences_inline_calls_and_keep_branches_apart():
+    inner = jax.jit(lambda m, x: _tanh_layers(m, x, 2))
+    # two calls of a 4-kernel function join the caller's sequence
+    assert F.extract(lambda m, x: inner(m, inner(m, x)), MAT, MAT)["sequence_kernels_max"] == 8
+
+    def switch(i, m, x):
+        return lax.switch(i, [lambda x: _tanh_layers(m, x, 1), lambda x: _tanh_layers(m, x, 3)],
+                          x)
+
+    feats = F.extract(switch, jax.ShapeDtypeStruct((), jnp.int32), MAT, MAT)
+    # branches of 2 and 6 kernels; the entry: the index clamp's fusion and the case op
+    assert feats["sequence_kernels_max"] == 6
+    assert feats["sequence_kernel_squares"] == 2 * 2 + 2 * 2 + 6 * 6

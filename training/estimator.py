@@ -49,13 +49,16 @@ BASELINE_TERMS = {
 # Counts whose cost adds to the rest of the compile instead of scaling it (see
 # `overhead_power_law`), per target with an "overhead" baseline. On XLA:CPU: embedded
 # constants; matrix-vector dots (emitted as LLVM loops, not library calls); big fusions
-# (LLVM optimizes each as one function); values with many uses (a weight reused by every
-# step of an unrolled loop: compile time grows with uses squared). `layout_transposes`
+# (LLVM optimizes each as one function); kernels run as one sequence (the runtime orders
+# them by checking every pair for shared buffers and then prunes redundant edges: half of
+# a 4000-kernel unrolled loop's compile, `perf`). That term replaced values-with-many-uses
+# squared, which had stood in for it on unrolled loops (schema 6, leave-one-family-out:
+# Spearman 0.924 -> 0.930, p90 1.97 -> 1.92, extrapolation 2.28 -> 1.94). `layout_transposes`
 # stays a tree input: as an added term (32 families, schema 5) it took over the fixed cost
 # and traded extrapolation (median fold 2.28 -> 2.50) for leave-one-family-out
 # (Spearman 0.924 -> 0.935, p90 1.97 -> 1.95).
 ADDED_TERMS = {"compile_seconds": ("dense_constant_bytes", "dot_matrix_vector",
-                                   "fusion_cost_squares", "fanout_squares")}
+                                   "fusion_cost_squares", "sequence_kernel_squares")}
 # Where a backend's compiler differs (`fit.model_params` applies these). For the GPU
 # target, fusion size added nothing and fan-out fitted best as a scaling term; index
 # changes inside a fusion (associative scans are all strided slices and pads: 95 ops took
@@ -63,10 +66,13 @@ ADDED_TERMS = {"compile_seconds": ("dense_constant_bytes", "dot_matrix_vector",
 # median fold 1.32 / p90 2.47 this way against 1.39 / 2.96 with the CPU terms (schema 4,
 # the 500 rows before the library families).
 # On CPU the indexing term made it worse (p90 1.93 -> 2.34).
+# Kernels per sequence describe XLA:CPU's runtime; as GPU tree inputs they only added
+# noise (schema 6, 1140 rows: p90 2.05 -> 2.13).
 BACKEND_TERMS = {"gpu": {
     "baseline_terms": {"compile_seconds": ("hlo_ops_inlined", "fanout_squares")},
     "added_terms": {"compile_seconds": ("dense_constant_bytes", "dot_matrix_vector",
                                         "fusion_indexing_squares")},
+    "tree_exclude": ("sequence_kernels_max", "sequence_kernel_squares"),
 }}
 _EPS = 1e-12
 
@@ -164,6 +170,7 @@ class CompileCostModel:
         added_terms: Counts added to an "overhead" baseline, for the targets named
             (others keep `ADDED_TERMS`; `BACKEND_TERMS` holds a backend's own).
         residual_model: Fit boosted trees on the baseline's residual (False: baseline only).
+        tree_exclude: Features the trees do not read (`BACKEND_TERMS` holds a backend's own).
         max_iter, learning_rate, max_leaf_nodes, min_samples_leaf, l2_regularization:
             Passed to `HistGradientBoostingRegressor`.
         n_threads: OpenMP threads for the trees while fitting; on small data one is as
@@ -181,6 +188,7 @@ class CompileCostModel:
                  baseline: Mapping[str, str] | None = None,
                  added_terms: Mapping[str, Sequence[str]] | None = None,
                  residual_model: bool = True,
+                 tree_exclude: Sequence[str] = (),
                  max_iter: int = 100,
                  learning_rate: float = 0.1,
                  max_leaf_nodes: int = 15, min_samples_leaf: int = 10,
@@ -193,6 +201,7 @@ class CompileCostModel:
         self.baseline = baseline
         self.added_terms = added_terms
         self.residual_model = residual_model
+        self.tree_exclude = tuple(tree_exclude)
         self.max_iter = max_iter
         self.learning_rate = learning_rate
         self.max_leaf_nodes = max_leaf_nodes
@@ -317,7 +326,7 @@ class CompileCostModel:
                 l2_regularization=self.l2_regularization, early_stopping=False,
                 random_state=self.random_state)
             # only its trees are kept: predictions read the flat copy
-            forest = FlatForest(booster.fit(X.values, z - base))
+            forest = FlatForest(booster.fit(self._tree_inputs(X), z - base))
         return {"coef": coef, "forest": forest}
 
     def _predict_parts(self, target: str, fitted: dict,
@@ -327,8 +336,14 @@ class CompileCostModel:
                             X.log_counts(self.added_[target]))
         trees = np.zeros(len(X))
         if fitted["forest"] is not None:
-            trees = fitted["forest"].predict(X.values)
+            trees = fitted["forest"].predict(self._tree_inputs(X))
         return base, trees
+
+    def _tree_inputs(self, X: Table) -> np.ndarray:
+        if not self.tree_exclude:
+            return X.values
+        keep = [i for i, name in enumerate(X.names) if name not in self.tree_exclude]
+        return X.values[:, keep]
 
     def _predict_target(self, target: str, fitted: dict, X: Table) -> np.ndarray:
         base, trees = self._predict_parts(target, fitted, X)
