@@ -13,7 +13,7 @@ from typing import Any
 
 # 2: f64 tensors counted as 8 bytes (were 1); 3: structure features; 4: cheap one-array ops
 # duplicated into fused consumers when another consumer does not fuse; 5: layout_transposes;
-# 6: kernels per sequence
+# 6: kernels per sequence, case results x branches squared
 SCHEMA_VERSION = 6
 
 # Coarse op categories shared by the jaxpr and StableHLO extractors.
@@ -57,6 +57,7 @@ STABLEHLO_FEATURES = (
     "while_trip_unknown",     # loops whose trip count could not be recovered
     "while_total_iterations", # sum over loops of the product of trip counts down the nest
     "case_count",
+    "case_result_branch_squares",  # per case op, results x branches^2: copy insertion's checks
     "custom_call_count",
     "custom_call_linalg",
     "constant_count",

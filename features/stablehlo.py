@@ -132,6 +132,7 @@ class _FunctionTally:
     trip_unknown: int = 0
     total_iterations: float = 0.0
     case_count: int = 0
+    case_result_branches: int = 0  # per case op: results x branches squared
     custom_calls: int = 0
     custom_linalg: int = 0
     targets: Counter = field(default_factory=Counter)
@@ -536,6 +537,7 @@ class _Walker:
                 continue
             elif name in ("case", "if"):
                 tally.case_count += 1
+                tally.case_result_branches += len(results) * len(op.regions) ** 2
             elif name == "custom_call":
                 target = ir.StringAttr(op.attributes["call_target_name"]).value
                 tally.custom_calls += 1
@@ -715,6 +717,7 @@ def stablehlo_features(module) -> tuple[dict[str, float], dict]:
     values["while_trip_unknown"] = combined.trip_unknown
     values["while_total_iterations"] = combined.total_iterations
     values["case_count"] = sum(t.case_count for t in tallies.values())
+    values["case_result_branch_squares"] = sum(t.case_result_branches for t in tallies.values())
     values["custom_call_count"] = sum(t.custom_calls for t in tallies.values())
     values["custom_call_linalg"] = sum(t.custom_linalg for t in tallies.values())
     values["constant_count"] = sum(t.constants for t in tallies.values())

@@ -376,3 +376,14 @@ def test_kernel_sequences_inline_calls_and_keep_branches_apart():
     # branches of 2 and 6 kernels; the entry: the index clamp's fusion and the case op
     assert feats["sequence_kernels_max"] == 6
     assert feats["sequence_kernel_squares"] == 2 * 2 + 2 * 2 + 6 * 6
+
+
+def test_case_results_times_branches_squared():
+    def switch_then_cond(i, x):
+        a, b = lax.switch(i, [lambda x: (x, -x), lambda x: (x * 2, x), lambda x: (x, x + 1)], x)
+        return lax.cond(i > 0, lambda y: y + 1, lambda y: y - 1, a + b)
+
+    feats = F.extract(switch_then_cond, jax.ShapeDtypeStruct((), jnp.int32), VEC)
+    # the switch: 2 results x 3 branches squared; the cond: 1 result x 2 branches squared
+    assert feats["case_count"] == 2
+    assert feats["case_result_branch_squares"] == 2 * 3 ** 2 + 1 * 2 ** 2

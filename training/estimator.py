@@ -50,15 +50,20 @@ BASELINE_TERMS = {
 # `overhead_power_law`), per target with an "overhead" baseline. On XLA:CPU: embedded
 # constants; matrix-vector dots (emitted as LLVM loops, not library calls); big fusions
 # (LLVM optimizes each as one function); kernels run as one sequence (the runtime orders
-# them by checking every pair for shared buffers and then prunes redundant edges: half of
-# a 4000-kernel unrolled loop's compile, `perf`). That term replaced values-with-many-uses
-# squared, which had stood in for it on unrolled loops (schema 6, leave-one-family-out:
-# Spearman 0.924 -> 0.930, p90 1.97 -> 1.92, extrapolation 2.28 -> 1.94). `layout_transposes`
-# stays a tree input: as an added term (32 families, schema 5) it took over the fixed cost
-# and traded extrapolation (median fold 2.28 -> 2.50) for leave-one-family-out
-# (Spearman 0.924 -> 0.935, p90 1.97 -> 1.95).
+# them by checking every pair for shared buffers, then prunes redundant edges: half of a
+# 4000-kernel unrolled loop's compile under `perf`); case ops' results x branches squared
+# (HLO ordering relates each result's definitions across branches: three quarters of a
+# 64-branch switch gradient's compile under `perf` was call-graph dominance checks and
+# branch lookups). The sequence term replaced values-with-many-uses squared, which had
+# stood in for it on unrolled loops. Schema 6, leave-one-family-out, adding the sequence
+# term and then the case term: Spearman 0.924 -> 0.930 -> 0.934, p90 1.97 -> 1.92 -> 1.85,
+# extrapolation 2.28 -> 1.94 -> 1.77. `layout_transposes` stays a tree input: as an added
+# term (32 families, schema 5) it took over the fixed cost and traded extrapolation
+# (median fold 2.28 -> 2.50) for leave-one-family-out (Spearman 0.924 -> 0.935, p90
+# 1.97 -> 1.95).
 ADDED_TERMS = {"compile_seconds": ("dense_constant_bytes", "dot_matrix_vector",
-                                   "fusion_cost_squares", "sequence_kernel_squares")}
+                                   "fusion_cost_squares", "sequence_kernel_squares",
+                                   "case_result_branch_squares")}
 # Where a backend's compiler differs (`fit.model_params` applies these). For the GPU
 # target, fusion size added nothing and fan-out fitted best as a scaling term; index
 # changes inside a fusion (associative scans are all strided slices and pads: 95 ops took
@@ -67,11 +72,13 @@ ADDED_TERMS = {"compile_seconds": ("dense_constant_bytes", "dot_matrix_vector",
 # the 500 rows before the library families).
 # On CPU the indexing term made it worse (p90 1.93 -> 2.34).
 # Kernels per sequence describe XLA:CPU's runtime; as GPU tree inputs they only added
-# noise (schema 6, 1140 rows: p90 2.05 -> 2.13).
+# noise (schema 6, 1140 rows: p90 2.05 -> 2.13). HLO ordering is shared: the case term
+# helps there too (Spearman 0.904 -> 0.909, p90 2.05 -> 2.03, extrapolation 2.00 -> 2.02).
 BACKEND_TERMS = {"gpu": {
     "baseline_terms": {"compile_seconds": ("hlo_ops_inlined", "fanout_squares")},
     "added_terms": {"compile_seconds": ("dense_constant_bytes", "dot_matrix_vector",
-                                        "fusion_indexing_squares")},
+                                        "fusion_indexing_squares",
+                                        "case_result_branch_squares")},
     "tree_exclude": ("sequence_kernels_max", "sequence_kernel_squares"),
 }}
 _EPS = 1e-12
