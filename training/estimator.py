@@ -50,11 +50,11 @@ BASELINE_TERMS = {
 # `overhead_power_law`), per target with an "overhead" baseline. On XLA:CPU: embedded
 # constants; matrix-vector dots (emitted as LLVM loops, not library calls); big fusions
 # (LLVM optimizes each as one function); kernels run as one sequence (the runtime orders
-# them by checking every pair for shared buffers, then prunes redundant edges: half of a
-# 4000-kernel unrolled loop's compile under `perf`); case ops' results x branches squared
-# (HLO ordering relates each result's definitions across branches: three quarters of a
-# 64-branch switch gradient's compile under `perf` was call-graph dominance checks and
-# branch lookups). The sequence term replaced values-with-many-uses squared, which had
+# them by checking every pair for shared buffers, then prunes redundant edges: 80% of a
+# 4000-kernel unrolled loop's compile, `bench/perf_compile.py`); case ops' results x
+# branches squared (HLO ordering relates each result's definitions across branches: 89%
+# of a 64-branch switch gradient's compile went to call-graph dominance checks and branch
+# lookups). The sequence term replaced values-with-many-uses squared, which had
 # stood in for it on unrolled loops. Schema 6, leave-one-family-out, adding the sequence
 # term and then the case term: Spearman 0.924 -> 0.930 -> 0.934, p90 1.97 -> 1.92 -> 1.85,
 # extrapolation 2.28 -> 1.94 -> 1.77. `layout_transposes` stays a tree input: as an added
