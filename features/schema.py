@@ -57,7 +57,7 @@ STABLEHLO_FEATURES = (
     "while_trip_unknown",     # loops whose trip count could not be recovered
     "while_total_iterations", # sum over loops of the product of trip counts down the nest
     "case_count",
-    "case_result_branch_squares",  # per case op, results x branches^2: copy insertion's checks
+    "case_result_branch_squares",  # per case op, results x branches^2 (HLO ordering's checks)
     "custom_call_count",
     "custom_call_linalg",
     "constant_count",

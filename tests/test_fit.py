@@ -169,7 +169,22 @@ def test_each_backend_fits_its_own_size_terms_and_overrides_keep_the_rest():
     assert "fusion_cost_squares" in cpu.added_["compile_seconds"]
     assert gpu.added_["compile_seconds"] == BACKEND_TERMS["gpu"]["added_terms"]["compile_seconds"]
     assert gpu.terms_["compile_seconds"] == ("hlo_ops_inlined", "fanout_squares")
+    assert gpu.tree_exclude == BACKEND_TERMS["gpu"]["tree_exclude"] and cpu.tree_exclude == ()
     # naming one target's terms leaves the other targets on their defaults
     plain = train(cpu_rows, "cpu", "", baseline_terms={"compile_seconds": ()}, **FAST)
     assert plain.terms_["compile_seconds"] == ()
     assert plain.terms_["peak_rss_bytes"] == BASELINE_TERMS["peak_rss_bytes"]
+
+
+def test_trees_leave_out_excluded_features():
+    from conftest import make_rows
+
+    rows = make_rows(np.linspace(100, 2000, 120))
+    # a residual only op_sine explains: e^0.5 above the power law where it is high
+    rows["compile_seconds"] *= np.exp(np.where(rows["f_op_sine"] > 50, 0.5, -0.5))
+    probe = features_frame(rows.iloc[[0, 0]]).copy()
+    probe["op_sine"] = [10.0, 90.0]  # the same program but for op_sine
+    reading = train(rows, "cpu", "", **FAST).predict(probe)["compile_seconds"]["point"]
+    blind = train(rows, "cpu", "", tree_exclude=("op_sine",), **FAST).predict(probe)
+    assert reading[1] / reading[0] > 2.0  # e^1 = 2.7 learned
+    assert blind["compile_seconds"]["point"][1] == blind["compile_seconds"]["point"][0]
