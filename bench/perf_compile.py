@@ -23,9 +23,7 @@ import sys
 import tempfile
 import time
 
-import jax
-
-from costmodel.training.corpus import build, get_family
+from costmodel.training.harness import placement
 
 
 def top_symbols(data_path: str, top: int) -> list[tuple[float, str]]:
@@ -51,9 +49,7 @@ def main() -> None:
     if shutil.which("perf") is None:
         sys.exit("perf is not installed (Linux only: the linux-tools / perf package)")
 
-    jax.config.update("jax_enable_x64", bool(get_family(args.family).x64))
-    fn, fn_args = build(args.family, json.loads(args.params))
-    lowered = jax.jit(fn).lower(*fn_args)
+    _, lowered = placement("cpu", "").lower_corpus(args.family, json.loads(args.params))
     with tempfile.TemporaryDirectory() as tmp:
         data_path = os.path.join(tmp, "perf.data")
         recorder = subprocess.Popen(

@@ -20,15 +20,9 @@ import pandas as pd
 
 def row_features(family: str, params: dict, backend: str, target: str, place) -> dict:
     """`Features.to_dict()` of one corpus program, lowered as the sweep lowers it."""
-    import jax
-
     from costmodel.features import from_lowered
 
-    from . import corpus
-
-    spec = corpus.get_family(family)
-    jax.config.update("jax_enable_x64", bool(spec.x64))
-    traced, lowered = place.lower(*spec.build(**params))
+    traced, lowered = place.lower_corpus(family, params)
     return from_lowered(traced, lowered, backend=backend, target=target).to_dict()
 
 
