@@ -27,10 +27,10 @@ def _op_count(lowered) -> int:
 
 
 def test_corpus_is_large_enough():
-    assert len(corpus.FAMILIES) >= 32
+    assert len(corpus.FAMILIES) >= 48
     small = {name: len(f.grid) for name, f in corpus.FAMILIES.items() if len(f.grid) < 50}
     assert small == {}
-    assert 1950 <= len(corpus.programs()) <= 2100
+    assert 2900 <= len(corpus.programs()) <= 3000
 
 
 @pytest.mark.parametrize("name", FAMILY_NAMES)
@@ -249,3 +249,83 @@ def test_beam_search_top_k_per_step_unrolled_and_once_in_a_scan():
     assert texts["scan"].count("stablehlo.while") == 1
     for text in texts.values():  # token ids per batch, beam and step
         assert "tensor<2x4x4xi32>" in text.splitlines()[1]
+
+
+def test_nbody_forms_the_forces_twice_per_leapfrog_step():
+    unrolled = _features("nbody", particles=16, steps=3, style="unrolled", grad=False)
+    scanned = _features("nbody", particles=16, steps=3, style="scan", grad=False)
+    assert unrolled["op_rsqrt"] == 2 * 3 and unrolled["while_count"] == 0
+    assert scanned["op_rsqrt"] == 2 and scanned["while_count"] == 1
+
+
+def test_kmeans_multiplies_twice_per_iteration():
+    feats = _features("kmeans", points=256, clusters=4, iterations=3, style="unrolled")
+    # distances and one-hot means per iteration, and the final assignment's distances
+    assert feats["op_dot_general"] == 2 * 3 + 1
+
+
+@pytest.mark.parametrize("length", [4, 9])
+def test_hmm_takes_a_logsumexp_per_time_step(length):
+    unrolled = _features("hmm", states=8, length=length, style="unrolled", grad=False)
+    scanned = _features("hmm", states=8, length=length, style="scan", grad=False)
+    # two log-softmax normalizations and the final logsumexp besides the recursion's
+    assert unrolled["op_exponential"] == (length - 1) + 3
+    assert scanned["op_exponential"] == 1 + 3 and scanned["while_count"] == 1
+
+
+def test_segments_scatter_three_times_per_round_and_sort_once():
+    plain = _features("segments", rounds=2, segments=16, items=4096, sort=False)
+    ordered = _features("segments", rounds=2, segments=16, items=4096, sort=True)
+    assert plain["op_scatter"] == ordered["op_scatter"] == 3 * 2
+    assert plain["op_sort"] == 0 and ordered["op_sort"] == 1
+
+
+def test_llama_rotates_queries_and_keys_in_every_layer():
+    feats = _features("llama", layers=3, width=64, seq=32, grad=False)
+    assert feats["op_sine"] == feats["op_cosine"] == 2 * 3
+
+
+def test_quantized_layers_multiply_int8_into_int32():
+    fn, args = corpus.build("quantized", {"layers": 3, "width": 64, "batch": 8,
+                                          "per_channel": True})
+    text = jax.jit(fn).trace(*args).lower().as_text()
+    dots = re.findall(r"stablehlo.dot_general .*: \((tensor<[^>]*>), (tensor<[^>]*>)\) -> "
+                      r"(tensor<[^>]*>)", text)
+    assert dots == [("tensor<8x64xi8>", "tensor<64x64xi8>", "tensor<8x64xi32>")] * 3
+
+
+def test_mobilenet_convolves_per_channel_and_upsamples_by_input_dilation():
+    fn, args = corpus.build("mobilenet", {"blocks": 3, "channels": 16, "image": 32,
+                                          "grad": False})
+    text = jax.jit(fn).trace(*args).lower().as_text()
+    assert text.count("feature_group_count = 16") == 3  # one depthwise conv per block
+    assert text.count("lhs_dilate = [2, 2]") == 2  # the two transposed convolutions
+
+
+def test_tensor_network_contracts_twice_per_site():
+    feats = _features("tensor_network", sites=5, bond=4, physical=2, grad=False)
+    assert feats["op_dot_general"] == 2 * 5
+
+
+def test_implicit_euler_solves_by_lu_factorization():
+    feats = _features("implicit_euler", steps=2, dim=8, newton=3, grad=False)
+    assert feats.info["custom_call_targets"] == {"lapack_sgetrf_ffi": 1, "lapack_strsm_ffi": 2}
+
+
+def test_vae_encoder_and_decoder_are_mlps_of_the_given_depth():
+    feats = _features("vae", layers=3, width=64, latent=8, grad=False)
+    assert feats["op_dot_general"] == 2 * (3 + 1)
+
+
+def test_ppo_advantages_are_a_loop_only_as_a_scan():
+    scanned = _features("ppo", layers=1, width=32, horizon=8, style="scan")
+    unrolled = _features("ppo", layers=1, width=32, horizon=8, style="unrolled")
+    assert scanned["while_count"] == 1 and unrolled["while_count"] == 0
+    assert unrolled["hlo_ops_inlined"] > scanned["hlo_ops_inlined"]
+
+
+def test_conv3d_convolves_rank_five_volumes():
+    fn, args = corpus.build("conv3d", {"blocks": 3, "channels": 8, "frames": 4, "grad": False})
+    text = jax.jit(fn).trace(*args).lower().as_text()
+    assert text.count("stablehlo.convolution") == 3
+    assert text.count("[b, 0, 1, 2, f]x[0, 1, 2, i, o]->[b, 0, 1, 2, f]") == 3

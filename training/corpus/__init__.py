@@ -32,7 +32,9 @@ from . import library as _library  # noqa: F401
 from . import linalg as _linalg  # noqa: F401
 from . import loops as _loops  # noqa: F401
 from . import misc as _misc  # noqa: F401
+from . import modern as _modern  # noqa: F401
 from . import numeric as _numeric  # noqa: F401
+from . import science as _science  # noqa: F401
 from .loops import LOOP_STYLES
 from .registry import (
     FAMILIES,
