@@ -13,9 +13,8 @@ from typing import Any
 
 # 2: f64 tensors counted as 8 bytes (were 1); 3: structure features; 4: cheap one-array ops
 # duplicated into fused consumers when another consumer does not fuse; 5: layout_transposes;
-# 6: kernels per sequence, case results x branches squared; 7: foldable_ops, an op copied
-# into at most 15 fusions
-SCHEMA_VERSION = 7
+# 6: kernels per sequence, case results x branches squared
+SCHEMA_VERSION = 6
 
 # Coarse op categories shared by the jaxpr and StableHLO extractors.
 CATEGORIES = (
@@ -49,7 +48,6 @@ STABLEHLO_FEATURES = (
     "hlo_ops",                # ops in the module text (all functions, all regions)
     "hlo_ops_inlined",        # ops after inlining every func.call, as XLA does
     "hlo_ops_trip_weighted",  # inlined ops, loop bodies multiplied by recovered trip counts
-    "foldable_ops",           # inlined ops computed from constants alone (XLA folds them)
     "hlo_functions",
     "hlo_calls",
     "hlo_max_call_depth",

@@ -122,7 +122,6 @@ class _FunctionTally:
 
     ops: int = 0
     ops_weighted: float = 0.0
-    foldable: int = 0  # ops of the body computed from constants alone
     histogram: Counter = field(default_factory=Counter)
     categories: Counter = field(default_factory=Counter)
     unknown: int = 0
@@ -326,15 +325,6 @@ def _conv_stats(op, tensor=_tensor) -> tuple[float, int]:
     return 2.0 * out.elements * kernel.elements / max(out_features, 1), transposes
 
 
-# Most fusions one op is copied into; past it, the op is materialized. Unrolled leapfrog
-# steps of an n-body simulation read the positions through two broadcasts per step: XLA
-# kept 3 fusions of about 20 instructions per step, while copying each step's positions
-# into every later fusion estimated fusions growing with the steps (64 steps: squared
-# fusion costs 1.7e8, capped 5.9e5). XLA will not emit one producer more than 15 times
-# in a fusion (`FusionNodeIndexingEvaluation`); the same bound is used here.
-MAX_FUSION_COPIES = 15
-
-
 class _Fusions:
     """XLA-like loop fusion of one block, from its consumers up.
 
@@ -346,8 +336,7 @@ class _Fusions:
     unfusibility check only protects ops that read more than one array. In a backward
     pass the running gradient sum is such an op, so each layer's fusion recomputes the
     sum from every layer above it and fusion sizes grow with depth squared. Anything
-    else is the root of a fusion of its own, and so is an op whose consumers sit in more
-    than `MAX_FUSION_COPIES` fusions.
+    else is the root of a fusion of its own.
     """
 
     def __init__(self) -> None:
@@ -404,9 +393,7 @@ class _Fusions:
             users = self._users.get(position, set())
             fused = [user for user in users if user in fusion_of]
             joined = set().union(*(fusion_of[user] for user in fused))
-            if len(joined) > MAX_FUSION_COPIES:
-                targets = {new_fusion()}
-            elif users and len(fused) == len(users) and (len(joined) == 1 or cheap):
+            if users and len(fused) == len(users) and (len(joined) == 1 or cheap):
                 targets = joined
             elif cheap and unary and joined:
                 targets = joined | {new_fusion()}
@@ -435,19 +422,6 @@ def _fusion_weight(name: str, infos: list) -> float | None:
 def _rank(infos: list) -> int | None:
     """Rank of an op's first result (None if it is not a ranked tensor)."""
     return len(infos[0].shape) if infos and infos[0] is not None else None
-
-
-# Ops whose result XLA's constant folding does not compute ahead, even from constants.
-_NOT_FOLDED = frozenset({"call", "custom_call", "rng_bit_generator", "rng", "while", "case",
-                         "if", "optimization_barrier", "sort", "dot_general", "convolution",
-                         "reduce", "gather", "scatter"})
-
-
-def _folds(name: str, op, operands: list, folded: set) -> bool:
-    """Whether `op` reads only constant-derived values (`folded`) and XLA folds such ops:
-    tables of sines, masks from iotas, resize weights from shapes."""
-    return (name not in _NOT_FOLDED and not len(op.regions)
-            and all(operand in folded for operand in operands))
 
 
 # Ops that launch no kernel of their own: calls are inlined, the rest are bookkeeping.
@@ -498,7 +472,6 @@ class _Walker:
 
         fusions = _Fusions()
         kernels, callees = 0, []  # unfused ops and calls of this block
-        folded: set | None = set() if sequence == "body" else None  # constant-derived values
         chain_to: dict = {}  # result value -> longest chain of ops ending in it
         longest = 0
         for view in block.operations:
@@ -512,9 +485,6 @@ class _Walker:
                           _rank(infos))
             if full in HLO_STRUCTURAL:
                 continue
-            if folded is not None and _folds(name, op, operands, folded):
-                folded.update(results)
-                tally.foldable += name != "constant"
             before = 0
             for operand in operands:
                 tally.uses[operand] += 1
@@ -617,7 +587,6 @@ class _Walker:
 class _Combined:
     ops: float = 0.0
     weighted: float = 0.0
-    foldable: float = 0.0
     histogram: Counter = field(default_factory=Counter)
     categories: Counter = field(default_factory=Counter)
     unknown: float = 0.0
@@ -646,7 +615,6 @@ def _combine(name: str, tallies: dict[str, _FunctionTally], memo: dict, stack: t
         return result
     result.ops = own.ops
     result.weighted = own.ops_weighted
-    result.foldable = own.foldable
     result.histogram = Counter(own.histogram)
     result.categories = Counter(own.categories)
     result.unknown = own.unknown
@@ -666,7 +634,6 @@ def _combine(name: str, tallies: dict[str, _FunctionTally], memo: dict, stack: t
         sub = _combine(callee, tallies, memo, stack + (name,))
         result.ops += sub.ops
         result.weighted += trips * sub.weighted
-        result.foldable += sub.foldable
         result.histogram.update(sub.histogram)
         result.categories.update(sub.categories)
         result.unknown += sub.unknown
@@ -741,7 +708,6 @@ def stablehlo_features(module) -> tuple[dict[str, float], dict]:
     values["hlo_ops"] = raw_ops
     values["hlo_ops_inlined"] = combined.ops
     values["hlo_ops_trip_weighted"] = combined.weighted
-    values["foldable_ops"] = combined.foldable
     values["hlo_functions"] = len(funcs)
     values["hlo_calls"] = sum(len(t.calls) for t in tallies.values())
     values["hlo_max_call_depth"] = combined.call_depth

@@ -23,7 +23,6 @@ def make_rows(ops: np.ndarray, seed: int = 0, families: int = 4) -> pd.DataFrame
     for name in ("hlo_ops", "hlo_ops_inlined", "hlo_ops_trip_weighted"):
         data[f"f_{name}"] = ops
     data["f_tensor_sum_elements"] = elements
-    data["f_foldable_ops"] = np.zeros(n)  # no constant computations: every op is live
     seconds = 1e-6 * ops**2
     return pd.DataFrame({
         "row_id": [f"r{seed}-{i}" for i in range(n)],

@@ -39,11 +39,9 @@ BASELINE_FORMS = {"compile_seconds": "overhead", "peak_rss_bytes": "overhead",
                   "executable_memory_bytes": "within"}
 # Size terms of the regression that estimates how much load drift shows in compile seconds.
 DRIFT_TERMS = ("hlo_ops_inlined", "hlo_ops_trip_weighted")
-# Size counts of the baseline, per target (each enters as log(1 + count)). Compile time
-# scales with the ops left once XLA has folded those computed from constants alone
-# (`live_ops`): resize weights, rotary tables and masks cost almost nothing to compile.
+# Size counts of the baseline, per target (each enters as log(1 + count)).
 BASELINE_TERMS = {
-    "compile_seconds": ("live_ops",),
+    "compile_seconds": ("hlo_ops_inlined",),
     "peak_rss_bytes": ("hlo_ops_inlined", "hlo_ops_trip_weighted", "tensor_sum_elements"),
     "executable_memory_bytes": ("hlo_ops_inlined", "tensor_sum_elements",
                                 "tensor_max_elements", "io_bytes"),
@@ -77,7 +75,7 @@ ADDED_TERMS = {"compile_seconds": ("dense_constant_bytes", "dot_matrix_vector",
 # noise (schema 6, 1140 rows: p90 2.05 -> 2.13). HLO ordering is shared: the case term
 # helps there too (Spearman 0.904 -> 0.909, p90 2.05 -> 2.03, extrapolation 2.00 -> 2.02).
 BACKEND_TERMS = {"gpu": {
-    "baseline_terms": {"compile_seconds": ("live_ops", "fanout_squares")},
+    "baseline_terms": {"compile_seconds": ("hlo_ops_inlined", "fanout_squares")},
     "added_terms": {"compile_seconds": ("dense_constant_bytes", "dot_matrix_vector",
                                         "fusion_indexing_squares",
                                         "case_result_branch_squares")},
@@ -147,9 +145,6 @@ def augment(table: Table) -> Table:
 
     derived = {
         "io_bytes": table.column("input_bytes") + table.column("output_bytes"),
-        # what is left for the compiler once XLA has folded the constant computations
-        "live_ops": np.maximum(table.column("hlo_ops_inlined") - table.column("foldable_ops"),
-                               1.0),
         "unroll_ratio": safe("hlo_ops_trip_weighted") / safe("hlo_ops_inlined"),
         "inline_ratio": safe("hlo_ops_inlined") / safe("hlo_ops"),
         "ops_per_function": safe("hlo_ops_inlined") / safe("hlo_functions"),
