@@ -4,7 +4,10 @@ Programs written the way public JAX code writes them, with constructs no corpus 
 builds: `jax.experimental.ode.odeint` (adaptive steps in a while loop), a U-Net with
 transposed convolutions and skip concatenations, a GPT stack as `lax.scan` over stacked
 layers with a causal mask, an MLP-Mixer, BFGS from `jax.scipy.optimize`, batched QR and
-SVD, FFT convolution, and Gumbel top-k sampling. Each is predicted (`costmodel.predict`,
+SVD, FFT convolution, and Gumbel top-k sampling (two constructs have since entered the
+corpus: the `mobilenet` family upsamples with transposed convolutions and `llama` masks
+causally; neither family has skip concatenations or scans over stacked layers). Each is
+predicted (`costmodel.predict`,
 no calibration applied) and then compiled: new function objects each time, all programs
 and the reference program interleaved per round, median of the rounds. Fold errors are
 reported as measured and with the prediction scaled by this run's reference time over
