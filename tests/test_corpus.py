@@ -167,6 +167,15 @@ def test_bad_knob_value_raises():
         corpus.build("loop", {"style": "recursive", "steps": 1, "body": 1, "width": 4})
 
 
+@pytest.mark.parametrize("name", ["lstm", "beam_search", "ode_rk4", "nbody", "kmeans", "hmm",
+                                  "ppo"])
+def test_a_bad_loop_style_is_refused_when_building_not_when_tracing(name):
+    params = {**next(p for p in corpus.get_family(name).grid if p["style"] == "scan"),
+              "style": "fori"}
+    with pytest.raises(ValueError, match="style must be 'unrolled' or 'scan', got 'fori'"):
+        corpus.build(name, params)
+
+
 def _features(name: str, **params):
     from costmodel import features as F
 
@@ -286,18 +295,16 @@ def test_llama_rotates_queries_and_keys_in_every_layer():
 
 
 def test_quantized_layers_multiply_int8_into_int32():
-    fn, args = corpus.build("quantized", {"layers": 3, "width": 64, "batch": 8,
-                                          "per_channel": True})
-    text = jax.jit(fn).trace(*args).lower().as_text()
+    text = _lower(corpus.get_family("quantized"), {"layers": 3, "width": 64, "batch": 8,
+                                                   "per_channel": True}).as_text()
     dots = re.findall(r"stablehlo.dot_general .*: \((tensor<[^>]*>), (tensor<[^>]*>)\) -> "
                       r"(tensor<[^>]*>)", text)
     assert dots == [("tensor<8x64xi8>", "tensor<64x64xi8>", "tensor<8x64xi32>")] * 3
 
 
 def test_mobilenet_convolves_per_channel_and_upsamples_by_input_dilation():
-    fn, args = corpus.build("mobilenet", {"blocks": 3, "channels": 16, "image": 32,
-                                          "grad": False})
-    text = jax.jit(fn).trace(*args).lower().as_text()
+    text = _lower(corpus.get_family("mobilenet"), {"blocks": 3, "channels": 16, "image": 32,
+                                                   "grad": False}).as_text()
     assert text.count("feature_group_count = 16") == 3  # one depthwise conv per block
     assert text.count("lhs_dilate = [2, 2]") == 2  # the two transposed convolutions
 
@@ -325,7 +332,7 @@ def test_ppo_advantages_are_a_loop_only_as_a_scan():
 
 
 def test_conv3d_convolves_rank_five_volumes():
-    fn, args = corpus.build("conv3d", {"blocks": 3, "channels": 8, "frames": 4, "grad": False})
-    text = jax.jit(fn).trace(*args).lower().as_text()
+    text = _lower(corpus.get_family("conv3d"),
+                  {"blocks": 3, "channels": 8, "frames": 4, "grad": False}).as_text()
     assert text.count("stablehlo.convolution") == 3
     assert text.count("[b, 0, 1, 2, f]x[0, 1, 2, i, o]->[b, 0, 1, 2, f]") == 3

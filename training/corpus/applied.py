@@ -23,7 +23,7 @@ from jax import lax
 from jax.experimental import sparse
 
 from .library import _cross_entropy, _forward_or_grad
-from .registry import Family, param_grid, register, sds
+from .registry import Family, check_style, param_grid, register, sds
 
 # 1-D convolution dimension numbers per activation layout
 _CONV1D = {"NWC": ("NHC", "HIO", "NHC"), "NCW": ("NCH", "OIH", "NCH")}
@@ -137,8 +137,7 @@ def build_beam_search(steps: int, beam: int, vocab: int, style: str, batch: int 
     Python loop ("unrolled") or ``lax.scan``: ``lax.top_k`` over beam x vocab scores,
     parent beams and tokens by integer division and remainder, hidden states gathered by
     parent, token embeddings gathered by id; returns the token array and scores."""
-    if style not in ("unrolled", "scan"):
-        raise ValueError(f"style must be 'unrolled' or 'scan', got {style!r}")
+    check_style(style)
     params = {"embed": sds((vocab, hidden)), "w": sds((hidden, hidden)),
               "out": sds((hidden, vocab))}
 

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .registry import Family, param_grid, register, sds
+from .registry import Family, check_style, param_grid, register, sds
 
 _DN = ("NHWC", "HWIO", "NHWC")
 
@@ -94,8 +94,7 @@ def build_lstm(steps: int, hidden: int, style: str, grad: bool,
                batch: int = 8, features: int = 16) -> tuple[Callable, tuple]:
     """An LSTM over a ``steps``-long sequence, as a Python loop ("unrolled") or
     ``lax.scan``; the last hidden state, or ``value_and_grad`` of its squared norm."""
-    if style not in ("unrolled", "scan"):
-        raise ValueError(f"style must be 'unrolled' or 'scan', got {style!r}")
+    check_style(style)
     params = {"wx": sds((features, 4 * hidden)), "wh": sds((hidden, 4 * hidden)),
               "b": sds((4 * hidden,))}
 

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .registry import Family, param_grid, register, sds
+from .registry import Family, check_style, param_grid, register, sds
 
 LOOP_STYLES = ("unrolled", "scan", "fori")
 
@@ -152,8 +152,7 @@ def build_ode(style: str, steps: int, dim: int, grad: bool) -> tuple[Callable, t
     With ``grad`` the program is value_and_grad of the final state's energy with
     respect to the initial state and the forcing.
     """
-    if style not in ("unrolled", "scan"):
-        raise ValueError(f"style must be 'unrolled' or 'scan', got {style!r}")
+    check_style(style)
     dt = np.float32(0.01)
     # Shifts as permutation-matrix matmuls rather than jnp.roll: an all-elementwise RK4
     # chain fuses into one huge fusion and compiles pathologically slowly (16 unrolled

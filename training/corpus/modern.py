@@ -20,7 +20,7 @@ import numpy as np
 from jax import lax
 
 from .library import _cross_entropy, _forward_or_grad
-from .registry import Family, param_grid, register, sds
+from .registry import Family, check_style, param_grid, register, sds
 
 
 def build_llama(layers: int, width: int, seq: int, grad: bool, batch: int = 2,
@@ -240,6 +240,7 @@ def build_ppo(layers: int, width: int, horizon: int, style: str,
     recursion over ``horizon`` steps (a reversed ``lax.scan``, or unrolled), a policy
     and value MLP, categorical log-probabilities, the clipped probability ratio, an
     entropy bonus."""
+    check_style(style)
     sizes = [obs] + [width] * layers
     params = {"trunk": [sds((a, b)) for a, b in zip(sizes, sizes[1:])],
               "pi": sds((width, actions)), "v": sds((width, 1))}
@@ -252,8 +253,6 @@ def build_ppo(layers: int, width: int, horizon: int, style: str,
 
         if style == "scan":
             return lax.scan(back, jnp.zeros(envs), jnp.arange(horizon), reverse=True)[1]
-        if style != "unrolled":
-            raise ValueError(f"style must be 'unrolled' or 'scan', got {style!r}")
         carry, out = jnp.zeros(envs), []
         for t in reversed(range(horizon)):
             carry, adv = back(carry, t)
@@ -275,11 +274,9 @@ def build_ppo(layers: int, width: int, horizon: int, style: str,
         entropy = -jnp.mean(jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1))
         return policy + 0.5 * value - 0.01 * entropy
 
-    def fn(params, *batch):
-        return jax.value_and_grad(loss)(params, *batch)
-
-    return fn, (params, sds((horizon + 1, envs, obs)), sds((horizon, envs), np.int32),
-                sds((horizon, envs)), sds((horizon, envs)), sds((horizon, envs)))
+    batch = (sds((horizon + 1, envs, obs)), sds((horizon, envs), np.int32),
+             sds((horizon, envs)), sds((horizon, envs)), sds((horizon, envs)))
+    return _forward_or_grad(loss, True), (params, *batch)
 
 
 def build_conv3d(blocks: int, channels: int, frames: int,

@@ -23,6 +23,7 @@ __all__ = [
     "Family",
     "UnknownFamilyError",
     "build",
+    "check_style",
     "get_family",
     "param_grid",
     "programs",
@@ -154,6 +155,12 @@ def param_grid(
     keys = list(knobs)
     points = (dict(zip(keys, combo, strict=True)) for combo in itertools.product(*knobs.values()))
     return tuple(p for p in points if where is None or where(p))
+
+
+def check_style(style: str) -> None:
+    """Raises ValueError unless ``style`` is "unrolled" (a Python loop) or "scan"."""
+    if style not in ("unrolled", "scan"):
+        raise ValueError(f"style must be 'unrolled' or 'scan', got {style!r}")
 
 
 def sds(shape: tuple[int, ...], dtype: Any = np.float32) -> jax.ShapeDtypeStruct:

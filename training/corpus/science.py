@@ -20,7 +20,7 @@ import numpy as np
 from jax import lax
 
 from .library import _forward_or_grad
-from .registry import Family, param_grid, register, sds
+from .registry import Family, check_style, param_grid, register, sds
 
 
 def _repeat(step: Callable, state, steps: int, style: str):
@@ -30,9 +30,7 @@ def _repeat(step: Callable, state, steps: int, style: str):
         for _ in range(steps):
             state = step(state)
         return state
-    if style == "scan":
-        return lax.scan(lambda s, _: (step(s), None), state, None, length=steps)[0]
-    raise ValueError(f"style must be 'unrolled' or 'scan', got {style!r}")
+    return lax.scan(lambda s, _: (step(s), None), state, None, length=steps)[0]
 
 
 def build_nbody(particles: int, steps: int, style: str, grad: bool,
@@ -40,6 +38,7 @@ def build_nbody(particles: int, steps: int, style: str, grad: bool,
     """Leapfrog integration of ``particles`` bodies under softened gravity: every step
     forms all pairwise differences, inverse cube distances and the summed forces; the
     final kinetic energy, or ``value_and_grad`` of it in the initial positions."""
+    check_style(style)
     dt, soft = np.float32(0.01), np.float32(1e-2)
 
     def accel(x, mass):
@@ -65,6 +64,7 @@ def build_kmeans(points: int, clusters: int, iterations: int, style: str,
                  dim: int = 8) -> tuple[Callable, tuple]:
     """Lloyd's k-means: distances to every centroid, ``argmin`` assignment, one-hot
     weighted means, repeated ``iterations`` times; returns centroids and inertia."""
+    check_style(style)
     def fit(x, centroids):
         def assign(c):
             d = (jnp.sum(x * x, 1)[:, None] - 2 * x @ c.T + jnp.sum(c * c, 1)[None, :])
@@ -89,6 +89,7 @@ def build_hmm(states: int, length: int, style: str, grad: bool,
     """The forward algorithm of a hidden Markov model in log space (a ``logsumexp`` over
     previous states per time step) with log-softmax-normalized parameters; the batch
     log-likelihood, or ``value_and_grad`` of it in the transition and emission logits."""
+    check_style(style)
     def loglik(params, emissions):
         log_trans = jax.nn.log_softmax(params["trans"], axis=-1)
         log_init = jax.nn.log_softmax(params["init"])
@@ -101,11 +102,9 @@ def build_hmm(states: int, length: int, style: str, grad: bool,
         alpha = log_init[None] + obs[0]
         if style == "scan":
             alpha, _ = lax.scan(step, alpha, obs[1:])
-        elif style == "unrolled":
+        else:
             for t in range(1, length):
                 alpha, _ = step(alpha, obs[t])
-        else:
-            raise ValueError(f"style must be 'unrolled' or 'scan', got {style!r}")
         return jnp.sum(jax.nn.logsumexp(alpha, axis=-1))
 
     params = {"trans": sds((states, states)), "init": sds((states,)),
