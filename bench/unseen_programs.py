@@ -38,9 +38,16 @@ from costmodel._demo import _measure as compile_seconds  # one timed compile of 
 from costmodel.models import load_default
 from costmodel.training.reference import build_reference
 
+# image layouts of the convolution programs
+CONV_DIMS = ("NHWC", "HWIO", "NHWC")
+
 
 def _f32(*shape):
     return jax.ShapeDtypeStruct(shape, jnp.float32)
+
+
+def _i32(*shape):
+    return jax.ShapeDtypeStruct(shape, jnp.int32)
 
 
 def _value_and_grad(loss):
@@ -61,14 +68,12 @@ def odeint_mlp(grad: bool):
 
 
 def unet(grad: bool, channels: int = 16):
-    dn = ("NHWC", "HWIO", "NHWC")
-
     def conv(x, w, stride=1):
         return jax.nn.relu(lax.conv_general_dilated(x, w, (stride, stride), "SAME",
-                                                    dimension_numbers=dn))
+                                                    dimension_numbers=CONV_DIMS))
 
     def up(x, w):
-        return jax.nn.relu(lax.conv_transpose(x, w, (2, 2), "SAME", dimension_numbers=dn))
+        return jax.nn.relu(lax.conv_transpose(x, w, (2, 2), "SAME", dimension_numbers=CONV_DIMS))
 
     def forward(p, x):
         d1 = conv(x, p["d1"])
@@ -193,7 +198,7 @@ def hierarchical_logdensity_grad(groups: int = 64, obs: int = 512):
     params = {"mu": _f32(), "log_tau": _f32(), "log_nu": _f32(), "z": _f32(groups),
               "w": _f32(groups), "s": _f32()}
     return (_value_and_grad(log_density),
-            (params, _f32(obs), jax.ShapeDtypeStruct((obs,), jnp.int32)))
+            (params, _f32(obs), _i32(obs)))
 
 
 def sinkhorn(points: int = 256, iterations: int = 100):
@@ -252,10 +257,8 @@ def newton_solve(dim: int = 24):
 def batchnorm_cnn_step(channels: int = 32):
     """One training step of a Flax-style CNN: convolutions, batch norm from batch
     statistics, max pooling by `reduce_window`, cross-entropy, and an Adam update."""
-    dn = ("NHWC", "HWIO", "NHWC")
-
     def block(x, w, scale, shift):
-        x = lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=dn)
+        x = lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=CONV_DIMS)
         mean, var = jnp.mean(x, (0, 1, 2)), jnp.var(x, (0, 1, 2))
         x = jax.nn.relu((x - mean) * lax.rsqrt(var + 1e-5) * scale + shift)
         return lax.reduce_window(x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
@@ -277,8 +280,7 @@ def batchnorm_cnn_step(channels: int = 32):
     params = {"head": _f32(c, 10)}
     for i, cin in enumerate((3, c, c)):
         params |= {f"w{i}": _f32(3, 3, cin, c), f"scale{i}": _f32(c), f"shift{i}": _f32(c)}
-    return train_step, (params, params, params, _f32(16, 32, 32, 3),
-                        jax.ShapeDtypeStruct((16,), jnp.int32))
+    return train_step, (params, params, params, _f32(16, 32, 32, 3), _i32(16))
 
 
 def spatial_transformer_grad(size: int = 32, channels: int = 8):
