@@ -13,30 +13,18 @@ Newton's method with `jacfwd` and a dense solve runs in a `while_loop` here; the
 the `mobilenet` family upsamples with transposed convolutions and `llama` masks
 causally; neither family has skip concatenations or scans over stacked layers.
 
-Each program is predicted (`costmodel.predict`, no calibration applied) and then
-compiled: new function objects each time, all programs and the reference program
-interleaved per round, median of the rounds. Fold errors are reported as measured and
-with the prediction scaled by this run's reference time over the model's (what
-`costmodel calibrate` would apply).
+How they are scored: `bench/_scoring.py`.
 
-    python bench/unseen_programs.py [--rounds 3] [--json out.json]
+    python bench/unseen_programs.py [--rounds 3] [--only NAME ...] [--json out.json]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
-
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _scoring import arguments, score, selected
 from jax import lax
-
-import costmodel
-from costmodel._demo import _measure as compile_seconds  # one timed compile of build()
-from costmodel.models import load_default
-from costmodel.training.reference import build_reference
 
 # image layouts of the convolution programs
 CONV_DIMS = ("NHWC", "HWIO", "NHWC")
@@ -331,56 +319,9 @@ PROGRAMS = {
 }
 
 
-def fold(a: float, b: float) -> float:
-    return max(a / b, b / a)
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--json", default=None, help="also write the results here")
-    args = parser.parse_args()
-    jax.config.update("jax_enable_compilation_cache", False)
-    model = load_default("cpu")
-    predictions = {}
-    for name, build in PROGRAMS.items():
-        fn, fn_args = build()
-        p = costmodel.predict(fn, *fn_args, backend="cpu", model=model)
-        scale = p.calibration_scale  # undo a calibration file, if this machine has one
-        predictions[name] = (p.compile_seconds / scale,
-                             tuple(v / scale for v in p.compile_seconds_interval))
-    model_reference = model.manifest["reference_seconds"]
-    programs = {"(reference)": build_reference, **PROGRAMS}
-    for build in programs.values():  # warm-up: first-compile costs off the clock
-        compile_seconds(build)
-    times = {name: [] for name in programs}
-    for _ in range(args.rounds):
-        for name, build in programs.items():
-            times[name].append(compile_seconds(build))
-    reference = statistics.median(times.pop("(reference)"))
-    speed = reference / model_reference
-    print(f"reference program: {reference * 1e3:.0f} ms here, {model_reference * 1e3:.0f} ms "
-          f"in the model's sweep (scale {speed:.2f}); model {model.version}")
-    rows = []
-    for name, (point, (lo, hi)) in predictions.items():
-        measured = statistics.median(times[name])
-        rows.append({"program": name, "predicted_s": point, "interval_s": [lo, hi],
-                     "measured_s": measured, "all_s": times[name],
-                     "fold": fold(point, measured), "fold_scaled": fold(point * speed, measured),
-                     "inside_interval_scaled": lo * speed <= measured <= hi * speed})
-        print(f"{name:24} predicted {point:7.3f} s  measured {measured:7.3f} s  "
-              f"fold {rows[-1]['fold']:5.2f}  scaled {rows[-1]['fold_scaled']:5.2f}"
-              f"{'' if rows[-1]['inside_interval_scaled'] else '  outside interval'}")
-    folds = [r["fold_scaled"] for r in rows]
-    summary = {"median_fold_scaled": statistics.median(folds), "max_fold_scaled": max(folds),
-               "within_2x_scaled": sum(f <= 2 for f in folds) / len(folds),
-               "coverage_scaled": sum(r["inside_interval_scaled"] for r in rows) / len(rows)}
-    print(", ".join(f"{k} {v:.2f}" for k, v in summary.items()))
-    if args.json:
-        with open(args.json, "w") as out:
-            json.dump({"rounds": args.rounds, "model": model.version, "speed_scale": speed,
-                       "reference_s": reference, "summary": summary, "results": rows}, out,
-                      indent=1)
+    args = arguments(__doc__.splitlines()[0])
+    score(selected(PROGRAMS, args.only), args.rounds, args.json)
 
 
 if __name__ == "__main__":

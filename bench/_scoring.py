@@ -1,0 +1,107 @@
+"""Predict, then compile and time, a set of programs against the shipped CPU model.
+
+Shared by the benches that score the model on programs outside the corpus. Each program
+is predicted (`costmodel.predict`, no calibration applied) and then compiled: new function
+objects each time, all programs and the reference program interleaved per round, median
+of the rounds. Fold errors are reported as measured and with the prediction scaled by
+this run's reference time over the model's (what `costmodel calibrate` would apply).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections.abc import Callable, Mapping
+
+import jax
+
+import costmodel
+from costmodel._demo import _measure as compile_seconds  # one timed compile of build()
+from costmodel.models import load_default
+from costmodel.training.reference import build_reference
+
+Build = Callable[[], tuple[Callable, tuple]]
+
+
+def fold(a: float, b: float) -> float:
+    return max(a / b, b / a)
+
+
+def arguments(description: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", nargs="*", default=None, help="program names to run")
+    parser.add_argument("--json", default=None, help="also write the results here")
+    return parser.parse_args()
+
+
+def summarize(rows: list[dict], speed: float) -> dict:
+    """Median and largest scaled fold, share within 2x, share inside the interval, rank
+    correlation, and how many programs compiled slower than predicted (scaled)."""
+    from scipy.stats import spearmanr
+
+    folds = [r["fold_scaled"] for r in rows]
+    predicted = [r["predicted_s"] * speed for r in rows]
+    measured = [r["measured_s"] for r in rows]
+    return {"median_fold_scaled": statistics.median(folds), "max_fold_scaled": max(folds),
+            "within_2x_scaled": sum(f <= 2 for f in folds) / len(folds),
+            "coverage_scaled": sum(r["inside_interval_scaled"] for r in rows) / len(rows),
+            "spearman": float(spearmanr(predicted, measured)[0]),
+            "under_predicted": sum(p < m for p, m in zip(predicted, measured))}
+
+
+def score(programs: Mapping[str, Build], rounds: int, json_path: str | None = None,
+          extra: Mapping | None = None) -> dict:
+    """Predict and time `programs` (name -> build) and print one line each; the summary
+    and rows go to `json_path` too, with `extra` (e.g. library versions) alongside."""
+    jax.config.update("jax_enable_compilation_cache", False)
+    model = load_default("cpu")
+    predictions = {}
+    for name, build in programs.items():
+        fn, fn_args = build()
+        p = costmodel.predict(fn, *fn_args, backend="cpu", model=model)
+        scale = p.calibration_scale  # undo a calibration file, if this machine has one
+        predictions[name] = (p.compile_seconds / scale,
+                             tuple(v / scale for v in p.compile_seconds_interval))
+    model_reference = model.manifest["reference_seconds"]
+    timed = {"(reference)": build_reference, **programs}
+    for build in timed.values():  # warm-up: first-compile costs off the clock
+        compile_seconds(build)
+    times = {name: [] for name in timed}
+    for _ in range(rounds):
+        for name, build in timed.items():
+            times[name].append(compile_seconds(build))
+    reference = statistics.median(times.pop("(reference)"))
+    speed = reference / model_reference
+    print(f"reference program: {reference * 1e3:.0f} ms here, {model_reference * 1e3:.0f} ms "
+          f"in the model's sweep (scale {speed:.2f}); model {model.version}")
+    rows = []
+    width = max(len(name) for name in programs)
+    for name, (point, (lo, hi)) in predictions.items():
+        measured = statistics.median(times[name])
+        rows.append({"program": name, "predicted_s": point, "interval_s": [lo, hi],
+                     "measured_s": measured, "all_s": times[name],
+                     "fold": fold(point, measured), "fold_scaled": fold(point * speed, measured),
+                     "inside_interval_scaled": lo * speed <= measured <= hi * speed})
+        print(f"{name:{width}} predicted {point:7.3f} s  measured {measured:7.3f} s  "
+              f"fold {rows[-1]['fold']:5.2f}  scaled {rows[-1]['fold_scaled']:5.2f}"
+              f"{'' if rows[-1]['inside_interval_scaled'] else '  outside interval'}")
+    summary = summarize(rows, speed)
+    print(", ".join(f"{k} {v:.2f}" for k, v in summary.items()))
+    result = {"rounds": rounds, "model": model.version, "speed_scale": speed,
+              "reference_s": reference, **(extra or {}), "summary": summary, "results": rows}
+    if json_path:
+        with open(json_path, "w") as out:
+            json.dump(result, out, indent=1)
+    return result
+
+
+def selected(programs: Mapping[str, Build], only: list[str] | None) -> dict[str, Build]:
+    """`programs` restricted to the names in `only` (all when None); unknown names fail."""
+    if not only:
+        return dict(programs)
+    unknown = sorted(set(only) - set(programs))
+    if unknown:
+        raise SystemExit(f"unknown programs: {', '.join(unknown)}; known: {', '.join(programs)}")
+    return {name: programs[name] for name in only}
