@@ -1,10 +1,12 @@
-"""Predict, then compile and time, a set of programs against the shipped CPU model.
+"""Predict, then compile and time, a set of programs against a shipped default model.
 
 Shared by the benches that score the model on programs outside the corpus. Each program
-is predicted (`costmodel.predict`, no calibration applied) and then compiled: new function
-objects each time, all programs and the reference program interleaved per round, median
-of the rounds. Fold errors are reported as measured and with the prediction scaled by
-this run's reference time over the model's (what `costmodel calibrate` would apply).
+is predicted (`costmodel.predict`, no calibration applied) and then compiled the way the
+sweep compiles (`training.harness.compile_once`: CPU, or a GPU target deviceless where
+no GPU is present): new function objects each time, exactly one backend compile each,
+all programs and the reference program interleaved per round, median of the rounds.
+Fold errors are reported as measured and with the prediction scaled by this run's
+reference time over the model's (what `costmodel calibrate` would apply).
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from collections.abc import Callable, Mapping
 import jax
 
 import costmodel
-from costmodel._demo import _measure as compile_seconds  # one timed compile of build()
 from costmodel.models import load_default
+from costmodel.training.harness import CompileEvents, compile_once, placement
 from costmodel.training.reference import build_reference
 
 Build = Callable[[], tuple[Callable, tuple]]
@@ -33,6 +35,7 @@ def arguments(description: str) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", nargs="*", default=None, help="program names to run")
     parser.add_argument("--json", default=None, help="also write the results here")
+    parser.add_argument("--target", default="", help="a GPU target (h100) instead of CPU")
     return parser.parse_args()
 
 
@@ -52,20 +55,34 @@ def summarize(rows: list[dict], speed: float) -> dict:
 
 
 def score(programs: Mapping[str, Build], rounds: int, json_path: str | None = None,
-          extra: Mapping | None = None) -> dict:
-    """Predict and time `programs` (name -> build) and print one line each; the summary
-    and rows go to `json_path` too, with `extra` (e.g. library versions) alongside."""
+          extra: Mapping | None = None, target: str = "") -> dict:
+    """Predict and time `programs` (name -> build) for CPU, or for the GPU `target`, and
+    print one line each; the summary and rows go to `json_path` too, with `extra` (e.g.
+    library versions) alongside."""
     jax.config.update("jax_enable_compilation_cache", False)
-    model = load_default("cpu")
-    predictions = {}
+    backend = "gpu" if target else "cpu"
+    model = load_default(backend, target)
+    place, events = placement(backend, target), CompileEvents()
+
+    def compile_seconds(build: Build) -> float:
+        return compile_once(build, place, events)[1]
+
+    predictions, skipped = {}, {}
     for name, build in programs.items():
         fn, fn_args = build()
-        p = costmodel.predict(fn, *fn_args, backend="cpu", model=model)
+        try:
+            p = costmodel.predict(fn, *place.args(fn_args), backend=backend,
+                                  target=target or None, model=model)
+        except Exception as exc:  # e.g. a host callback cannot lower for a deviceless GPU
+            skipped[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+            print(f"{name}: skipped, it does not lower here ({skipped[name]})")
+            continue
         scale = p.calibration_scale  # undo a calibration file, if this machine has one
         predictions[name] = (p.compile_seconds / scale,
                              tuple(v / scale for v in p.compile_seconds_interval))
     model_reference = model.manifest["reference_seconds"]
-    timed = {"(reference)": build_reference, **programs}
+    timed = {"(reference)": build_reference,
+             **{name: build for name, build in programs.items() if name in predictions}}
     for build in timed.values():  # warm-up: first-compile costs off the clock
         compile_seconds(build)
     times = {name: [] for name in timed}
@@ -77,7 +94,7 @@ def score(programs: Mapping[str, Build], rounds: int, json_path: str | None = No
     print(f"reference program: {reference * 1e3:.0f} ms here, {model_reference * 1e3:.0f} ms "
           f"in the model's sweep (scale {speed:.2f}); model {model.version}")
     rows = []
-    width = max(len(name) for name in programs)
+    width = max(len(name) for name in predictions)
     for name, (point, (lo, hi)) in predictions.items():
         measured = statistics.median(times[name])
         rows.append({"program": name, "predicted_s": point, "interval_s": [lo, hi],
@@ -89,8 +106,10 @@ def score(programs: Mapping[str, Build], rounds: int, json_path: str | None = No
               f"{'' if rows[-1]['inside_interval_scaled'] else '  outside interval'}")
     summary = summarize(rows, speed)
     print(", ".join(f"{k} {v:.2f}" for k, v in summary.items()))
-    result = {"rounds": rounds, "model": model.version, "speed_scale": speed,
-              "reference_s": reference, **(extra or {}), "summary": summary, "results": rows}
+    result = {"rounds": rounds, "model": model.version, "backend": backend, "target": target,
+              "deviceless": place.deviceless, "speed_scale": speed,
+              "reference_s": reference, **(extra or {}), "summary": summary, "results": rows,
+              "skipped": skipped}
     if json_path:
         with open(json_path, "w") as out:
             json.dump(result, out, indent=1)

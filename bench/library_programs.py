@@ -13,7 +13,7 @@ the code here existed when the model was trained.
 Needs the bench extra (`pip install -e ".[libs]"`, versions pinned there). How the
 programs are scored: `bench/_scoring.py`.
 
-    python bench/library_programs.py [--rounds 3] [--only NAME ...] [--json out.json]
+    python bench/library_programs.py [--rounds 3] [--only NAME ...] [--target h100] [--json out.json]
 """
 
 from __future__ import annotations
@@ -349,7 +349,8 @@ def main() -> None:
     args = arguments(__doc__.splitlines()[0])
     versions = {name: importlib.metadata.version(name) for name in LIBRARIES}
     print(", ".join(f"{name} {version}" for name, version in versions.items()))
-    score(selected(PROGRAMS, args.only), args.rounds, args.json, {"libraries": versions})
+    score(selected(PROGRAMS, args.only), args.rounds, args.json, {"libraries": versions},
+          target=args.target)
 
 
 if __name__ == "__main__":

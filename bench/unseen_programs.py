@@ -15,7 +15,7 @@ causally; neither family has skip concatenations or scans over stacked layers.
 
 How they are scored: `bench/_scoring.py`.
 
-    python bench/unseen_programs.py [--rounds 3] [--only NAME ...] [--json out.json]
+    python bench/unseen_programs.py [--rounds 3] [--only NAME ...] [--target h100] [--json out.json]
 """
 
 from __future__ import annotations
@@ -321,7 +321,7 @@ PROGRAMS = {
 
 def main() -> None:
     args = arguments(__doc__.splitlines()[0])
-    score(selected(PROGRAMS, args.only), args.rounds, args.json)
+    score(selected(PROGRAMS, args.only), args.rounds, args.json, target=args.target)
 
 
 if __name__ == "__main__":
