@@ -6,7 +6,8 @@ sweep compiles (`training.harness.compile_once`: CPU, or a GPU target deviceless
 no GPU is present): new function objects each time, exactly one backend compile each,
 all programs and the reference program interleaved per round, median of the rounds.
 Fold errors are reported as measured and with the prediction scaled by this run's
-reference time over the model's (what `costmodel calibrate` would apply).
+reference time over the model's (what `costmodel calibrate` would apply). Each row keeps
+the program's model inputs, so tests can score a retrained model on the same programs.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Callable, Mapping
 import jax
 
 import costmodel
+from costmodel.features import SCHEMA_VERSION
 from costmodel.models import load_default
 from costmodel.training.harness import CompileEvents, compile_once, placement
 from costmodel.training.reference import build_reference
@@ -79,7 +81,8 @@ def score(programs: Mapping[str, Build], rounds: int, json_path: str | None = No
             continue
         scale = p.calibration_scale  # undo a calibration file, if this machine has one
         predictions[name] = (p.compile_seconds / scale,
-                             tuple(v / scale for v in p.compile_seconds_interval))
+                             tuple(v / scale for v in p.compile_seconds_interval),
+                             p.features.model_inputs())
     model_reference = model.manifest["reference_seconds"]
     timed = {"(reference)": build_reference,
              **{name: build for name, build in programs.items() if name in predictions}}
@@ -95,18 +98,20 @@ def score(programs: Mapping[str, Build], rounds: int, json_path: str | None = No
           f"in the model's sweep (scale {speed:.2f}); model {model.version}")
     rows = []
     width = max(len(name) for name in predictions)
-    for name, (point, (lo, hi)) in predictions.items():
+    for name, (point, (lo, hi), inputs) in predictions.items():
         measured = statistics.median(times[name])
         rows.append({"program": name, "predicted_s": point, "interval_s": [lo, hi],
                      "measured_s": measured, "all_s": times[name],
                      "fold": fold(point, measured), "fold_scaled": fold(point * speed, measured),
-                     "inside_interval_scaled": lo * speed <= measured <= hi * speed})
+                     "inside_interval_scaled": lo * speed <= measured <= hi * speed,
+                     "model_inputs": inputs})
         print(f"{name:{width}} predicted {point:7.3f} s  measured {measured:7.3f} s  "
               f"fold {rows[-1]['fold']:5.2f}  scaled {rows[-1]['fold_scaled']:5.2f}"
               f"{'' if rows[-1]['inside_interval_scaled'] else '  outside interval'}")
     summary = summarize(rows, speed)
     print(", ".join(f"{k} {v:.2f}" for k, v in summary.items()))
-    result = {"rounds": rounds, "model": model.version, "backend": backend, "target": target,
+    result = {"rounds": rounds, "model": model.version, "schema_version": SCHEMA_VERSION,
+              "backend": backend, "target": target,
               "deviceless": place.deviceless, "speed_scale": speed,
               "reference_s": reference, **(extra or {}), "summary": summary, "results": rows,
               "skipped": skipped}
