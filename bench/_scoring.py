@@ -56,25 +56,14 @@ def summarize(rows: list[dict], speed: float) -> dict:
             "under_predicted": sum(p < m for p, m in zip(predicted, measured))}
 
 
-def score(programs: Mapping[str, Build], rounds: int, json_path: str | None = None,
-          extra: Mapping | None = None, target: str = "") -> dict:
-    """Predict and time `programs` (name -> build) for CPU, or for the GPU `target`, and
-    print one line each; the summary and rows go to `json_path` too, with `extra` (e.g.
-    library versions) alongside."""
-    jax.config.update("jax_enable_compilation_cache", False)
-    backend = "gpu" if target else "cpu"
-    model = load_default(backend, target)
-    place, events = placement(backend, target), CompileEvents()
-
-    def compile_seconds(build: Build) -> float:
-        return compile_once(build, place, events)[1]
-
+def predict_all(programs: Mapping[str, Build], model, place) -> tuple[dict, dict]:
+    """`({name: (point, (lo, hi), model inputs)}, {name: why it was skipped})`, uncalibrated."""
     predictions, skipped = {}, {}
     for name, build in programs.items():
         fn, fn_args = build()
         try:
-            p = costmodel.predict(fn, *place.args(fn_args), backend=backend,
-                                  target=target or None, model=model)
+            p = costmodel.predict(fn, *place.args(fn_args), backend=place.backend,
+                                  target=place.target or None, model=model)
         except Exception as exc:  # e.g. a host callback cannot lower for a deviceless GPU
             skipped[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
             print(f"{name}: skipped, it does not lower here ({skipped[name]})")
@@ -83,15 +72,39 @@ def score(programs: Mapping[str, Build], rounds: int, json_path: str | None = No
         predictions[name] = (p.compile_seconds / scale,
                              tuple(v / scale for v in p.compile_seconds_interval),
                              p.features.model_inputs())
-    model_reference = model.manifest["reference_seconds"]
-    timed = {"(reference)": build_reference,
-             **{name: build for name, build in programs.items() if name in predictions}}
-    for build in timed.values():  # warm-up: first-compile costs off the clock
-        compile_seconds(build)
+    return predictions, skipped
+
+
+def time_all(programs: Mapping[str, Build], place, rounds: int) -> dict[str, list[float]]:
+    """Compile seconds per program over `rounds` interleaved rounds, the reference program
+    (key "(reference)") timed in each; one untimed warm-up compile each first."""
+    from tqdm import tqdm
+
+    events = CompileEvents()
+    timed = {"(reference)": build_reference, **programs}
     times = {name: [] for name in timed}
-    for _ in range(rounds):
-        for name, build in timed.items():
-            times[name].append(compile_seconds(build))
+    with tqdm(total=len(timed) * (rounds + 1), desc="compiles", unit="compile") as bar:
+        for round_ in range(-1, rounds):  # round -1: first-compile costs off the clock
+            for name, build in timed.items():
+                seconds = compile_once(build, place, events)[1]
+                if round_ >= 0:
+                    times[name].append(seconds)
+                bar.update()
+    return times
+
+
+def score(programs: Mapping[str, Build], rounds: int, json_path: str | None = None,
+          extra: Mapping | None = None, target: str = "") -> dict:
+    """Predict and time `programs` (name -> build) for CPU, or for the GPU `target`, and
+    print one line each; the summary and rows go to `json_path` too, with `extra` (e.g.
+    library versions) alongside."""
+    jax.config.update("jax_enable_compilation_cache", False)
+    backend = "gpu" if target else "cpu"
+    model = load_default(backend, target)
+    place = placement(backend, target)
+    predictions, skipped = predict_all(programs, model, place)
+    times = time_all({name: programs[name] for name in predictions}, place, rounds)
+    model_reference = model.manifest["reference_seconds"]
     reference = statistics.median(times.pop("(reference)"))
     speed = reference / model_reference
     print(f"reference program: {reference * 1e3:.0f} ms here, {model_reference * 1e3:.0f} ms "
@@ -109,12 +122,12 @@ def score(programs: Mapping[str, Build], rounds: int, json_path: str | None = No
               f"fold {rows[-1]['fold']:5.2f}  scaled {rows[-1]['fold_scaled']:5.2f}"
               f"{'' if rows[-1]['inside_interval_scaled'] else '  outside interval'}")
     summary = summarize(rows, speed)
-    print(", ".join(f"{k} {v:.2f}" for k, v in summary.items()))
+    print(", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
+                    for k, v in summary.items()))
     result = {"rounds": rounds, "model": model.version, "schema_version": SCHEMA_VERSION,
-              "backend": backend, "target": target,
-              "deviceless": place.deviceless, "speed_scale": speed,
-              "reference_s": reference, **(extra or {}), "summary": summary, "results": rows,
-              "skipped": skipped}
+              "backend": backend, "target": target, "deviceless": place.deviceless,
+              "speed_scale": speed, "reference_s": reference, **(extra or {}),
+              "summary": summary, "results": rows, "skipped": skipped}
     if json_path:
         with open(json_path, "w") as out:
             json.dump(result, out, indent=1)
