@@ -23,6 +23,7 @@ import costmodel
 from costmodel.features import SCHEMA_VERSION
 from costmodel.models import load_default
 from costmodel.training.harness import CompileEvents, compile_once, placement
+from costmodel.training.outside import score as score_stored
 from costmodel.training.reference import build_reference
 
 Build = Callable[[], tuple[Callable, tuple]]
@@ -41,19 +42,9 @@ def arguments(description: str) -> argparse.Namespace:
     return parser.parse_args()
 
 
-def summarize(rows: list[dict], speed: float) -> dict:
-    """Median and largest scaled fold, share within 2x, share inside the interval, rank
-    correlation, and how many programs compiled slower than predicted (scaled)."""
-    from scipy.stats import spearmanr
-
-    folds = [r["fold_scaled"] for r in rows]
-    predicted = [r["predicted_s"] * speed for r in rows]
-    measured = [r["measured_s"] for r in rows]
-    return {"median_fold_scaled": statistics.median(folds), "max_fold_scaled": max(folds),
-            "within_2x_scaled": sum(f <= 2 for f in folds) / len(folds),
-            "coverage_scaled": sum(r["inside_interval_scaled"] for r in rows) / len(rows),
-            "spearman": float(spearmanr(predicted, measured)[0]),
-            "under_predicted": sum(p < m for p, m in zip(predicted, measured))}
+def summarize(model, result: dict) -> dict:
+    """The run's scores as model cards and tests compute them (`training.outside.score`)."""
+    return {k: v for k, v in score_stored(model, result).items() if k != "folds"}
 
 
 def predict_all(programs: Mapping[str, Build], model, place) -> tuple[dict, dict]:
@@ -121,13 +112,13 @@ def score(programs: Mapping[str, Build], rounds: int, json_path: str | None = No
         print(f"{name:{width}} predicted {point:7.3f} s  measured {measured:7.3f} s  "
               f"fold {rows[-1]['fold']:5.2f}  scaled {rows[-1]['fold_scaled']:5.2f}"
               f"{'' if rows[-1]['inside_interval_scaled'] else '  outside interval'}")
-    summary = summarize(rows, speed)
-    print(", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
-                    for k, v in summary.items()))
     result = {"rounds": rounds, "model": model.version, "schema_version": SCHEMA_VERSION,
               "backend": backend, "target": target, "deviceless": place.deviceless,
               "speed_scale": speed, "reference_s": reference, **(extra or {}),
-              "summary": summary, "results": rows, "skipped": skipped}
+              "summary": None, "results": rows, "skipped": skipped}
+    result["summary"] = summarize(model, result)
+    print(", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
+                    for k, v in result["summary"].items()))
     if json_path:
         with open(json_path, "w") as out:
             json.dump(result, out, indent=1)

@@ -5,41 +5,41 @@ inputs next to its measured compile seconds, so a retrained default model is sco
 on the same programs without compiling them (or installing the libraries).
 """
 
-import json
-import statistics
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from costmodel.features import SCHEMA_VERSION
 from costmodel.models import load_default
+from costmodel.training import outside
 
-RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
-BENCHES = ("unseen_programs", "library_programs", "unseen_programs_h100",
-           "library_programs_h100")
-
-
-def _scaled_folds(data: dict, artifact) -> np.ndarray:
-    rows = data["results"]
-    predicted = artifact.predict([row["model_inputs"] for row in rows])["compile_seconds"]
-    predicted = predicted["point"] * data["speed_scale"]
-    measured = np.array([row["measured_s"] for row in rows])
-    return np.maximum(predicted / measured, measured / predicted)
+BENCHES = {"unseen_programs": ("cpu", ""), "library_programs": ("cpu", ""),
+           "unseen_programs_h100": ("gpu", "h100"), "library_programs_h100": ("gpu", "h100")}
 
 
 @pytest.mark.parametrize("bench", BENCHES)
 def test_default_model_predicts_programs_outside_the_corpus(bench):
-    data = json.loads((RESULTS / f"{bench}.json").read_text())
-    assert data["schema_version"] == SCHEMA_VERSION, (
-        f"{bench}.json holds schema {data['schema_version']} inputs; re-run "
-        f"bench/{bench.removesuffix('_h100')}.py to refresh them")
-    artifact = load_default(data["backend"], data["target"])
-    folds = _scaled_folds(data, artifact)
-    assert len(folds) >= 17
+    backend, target = BENCHES[bench]
+    data = outside.stored_results(backend, target)[bench]
+    artifact = load_default(backend, target)
+    scores = outside.score(artifact, data)
+    assert scores["n"] >= 17
     # the shipped models scored 1.24-1.44 median and at most one program past 2.5x
-    assert statistics.median(folds) <= 1.5
-    assert np.mean(folds <= 2.5) >= 0.9
+    assert scores["median_fold"] <= 1.5
+    assert np.mean(scores["folds"] <= 2.5) >= 0.9
     if artifact.version == data["model"]:  # the stored inputs give the stored predictions
         stored = [row["fold_scaled"] for row in data["results"]]
-        np.testing.assert_allclose(folds, stored, rtol=1e-9)
+        np.testing.assert_allclose(scores["folds"], stored, rtol=1e-9)
+
+
+def test_stored_inputs_of_another_schema_are_refused():
+    data = dict(outside.stored_results("cpu")["unseen_programs"], schema_version=-1)
+    with pytest.raises(ValueError, match="re-run the bench"):
+        outside.score(load_default("cpu"), data)
+
+
+def test_model_card_section_scores_each_bench_of_the_backend():
+    lines = outside.card_section(load_default("gpu", "h100"), "gpu", "h100")
+    rows = [line for line in lines if line.startswith("| library_programs_h100 |")]
+    assert len(rows) == 1
+    assert "17 (2 did not lower)" in rows[0]
+    assert rows[0].split("|")[3].strip() == "1.44"  # its median fold
+    assert not any("| unseen_programs |" in line for line in lines)  # CPU results stay out

@@ -39,6 +39,7 @@ from .fit import (
     normalized_seconds,
     select_rows,
 )
+from .outside import card_section
 
 SPLITS = ("leave_family_out", "extrapolation")
 MODELS = ("costmodel", "power_law", "linear")
@@ -317,8 +318,9 @@ def _terms(backend: str, kind: str, defaults: dict, target: str = "compile_secon
 
 
 def write_card(path: Path, manifest: dict, report: dict, rows: pd.DataFrame,
-               figures: Sequence[Path]) -> Path:
-    """Write the model card: what it was trained on, how well it does, and the plots."""
+               figures: Sequence[Path], artifact=None) -> Path:
+    """Write the model card: what it was trained on, how well it does, and the plots; with
+    `artifact`, also how it does on the stored out-of-corpus bench programs."""
     seconds = pd.to_numeric(rows["compile_seconds"], errors="coerce")
     counts = pd.Series(families(rows)).value_counts().sort_index()
     label = backend_label(manifest["backend"], manifest["target"])
@@ -359,8 +361,10 @@ def write_card(path: Path, manifest: dict, report: dict, rows: pd.DataFrame,
              "Fold error is max(pred/actual, actual/pred). Memory ratios are taken on "
              "bytes + offset (1 MiB peak RSS, 1 KiB executable). `power_law`: log target "
              "linear in log op count; `linear`: ridge on log1p of every feature.", "",
-             markdown_table(report),
-             "## Limits", "",
+             markdown_table(report)]
+    if artifact is not None:
+        text += card_section(artifact, manifest["backend"], manifest["target"])
+    text += ["## Limits", "",
              "- The corpus is synthetic families; programs unlike all of them (see the "
              "per-family plot for how far a held-out family can be off) get wider errors.",
              "- Beyond the largest measured compile only the power law speaks; compile time of "

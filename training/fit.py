@@ -134,5 +134,6 @@ def build_default(data_paths: Sequence[str | Path], backend: str = "cpu", target
     artifact = save(estimator, out, backend=backend, target=target, data=rows,
                     metrics=result.report, name=f"costmodel-{out.name}")
     figures = plots.write_all(result.predictions, rows, estimator, out)
-    write_card(out / "MODEL_CARD.md", artifact.manifest, result.report, rows, figures)
+    write_card(out / "MODEL_CARD.md", artifact.manifest, result.report, rows, figures,
+               artifact)
     return artifact

@@ -1,0 +1,81 @@
+"""Scores on programs outside the corpus, from the stored results of the benches.
+
+`bench/unseen_programs.py` and `bench/library_programs.py` time programs that no corpus
+family builds and keep each one's model inputs next to its measured seconds. Any model
+for the same backend, target and feature schema can be scored on them again without
+compiling: tests do so for the shipped models, and model cards report it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+from costmodel.features import SCHEMA_VERSION
+
+# Beside the package in a source checkout; an installed wheel has no benches.
+RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
+
+
+def stored_results(backend: str, target: str = "") -> dict[str, dict]:
+    """Bench result files measured for (backend, target), by file stem, with model inputs."""
+    found = {}
+    for path in sorted(RESULTS.glob("*.json")):
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):  # other benches' results
+            continue
+        rows = data.get("results", [])
+        if (data.get("backend"), data.get("target", "")) == (backend, target or "") and rows \
+                and all("model_inputs" in row for row in rows):
+            found[path.stem] = data
+    return found
+
+
+def score(artifact, data: dict) -> dict:
+    """Fold errors of `artifact` on one bench result, its prediction scaled by the run's
+    reference time as the bench scales it.
+
+    Raises:
+        ValueError: The stored inputs are of another feature schema (re-run the bench).
+    """
+    if data["schema_version"] != SCHEMA_VERSION:
+        raise ValueError(f"stored inputs are feature schema {data['schema_version']}, this "
+                         f"costmodel extracts {SCHEMA_VERSION}; re-run the bench to refresh")
+    from scipy.stats import spearmanr
+
+    rows = data["results"]
+    out = artifact.predict([row["model_inputs"] for row in rows])["compile_seconds"]
+    point, lo, hi = (out[key] * data["speed_scale"] for key in ("point", "lo", "hi"))
+    measured = np.array([row["measured_s"] for row in rows])
+    folds = np.maximum(point / measured, measured / point)
+    return {"n": len(rows), "folds": folds, "median_fold": float(statistics.median(folds)),
+            "max_fold": float(folds.max()), "within_2x": float(np.mean(folds <= 2)),
+            "coverage": float(np.mean((lo <= measured) & (measured <= hi))),
+            "spearman": float(spearmanr(point, measured)[0]),
+            "under_predicted": int(np.sum(point < measured)),
+            "skipped": len(data.get("skipped", {}))}
+
+
+def card_section(artifact, backend: str, target: str = "") -> list[str]:
+    """Markdown lines for a model card: this model on each stored bench (none: no lines)."""
+    results = {name: data for name, data in stored_results(backend, target).items()
+               if data["schema_version"] == SCHEMA_VERSION}
+    if not results:
+        return []
+    lines = ["## Programs outside the corpus", "",
+             "Programs no corpus family builds, timed by the benches (`bench/`; the library "
+             "programs call Haiku, Flax, Optax, Diffrax, Equinox, Optimistix, NumPyro and "
+             "BlackJAX), scored from their stored model inputs; predictions are scaled by "
+             "the bench run's reference time.", "",
+             "| bench | programs | median fold | max fold | within 2x | Spearman "
+             "| 90% coverage |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, data in results.items():
+        s = score(artifact, data)
+        skipped = f" ({s['skipped']} did not lower)" if s["skipped"] else ""
+        lines.append(f"| {name} | {s['n']}{skipped} | {s['median_fold']:.2f} | "
+                     f"{s['max_fold']:.2f} | {s['within_2x']:.2f} | {s['spearman']:.2f} | "
+                     f"{s['coverage']:.2f} |")
+    return lines + [""]
