@@ -18,11 +18,14 @@ import statistics
 from collections.abc import Callable, Mapping
 
 import jax
+import numpy as np
 
 import costmodel
 from costmodel.features import SCHEMA_VERSION
 from costmodel.models import load_default
+from costmodel.training.corpus.registry import sds
 from costmodel.training.harness import CompileEvents, compile_once, placement
+from costmodel.training.metrics import fold_errors
 from costmodel.training.outside import score as score_stored
 from costmodel.training.reference import build_reference
 
@@ -30,7 +33,15 @@ Build = Callable[[], tuple[Callable, tuple]]
 
 
 def fold(a: float, b: float) -> float:
-    return max(a / b, b / a)
+    return float(fold_errors([a], [b])[0])
+
+
+def f32(*shape) -> jax.ShapeDtypeStruct:
+    return sds(shape)
+
+
+def i32(*shape) -> jax.ShapeDtypeStruct:
+    return sds(shape, np.int32)
 
 
 def arguments(description: str) -> argparse.Namespace:

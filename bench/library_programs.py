@@ -23,18 +23,12 @@ import importlib.metadata
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _scoring import arguments, score, selected
+from _scoring import arguments, f32, i32, score, selected
 
 LIBRARIES = ("dm-haiku", "flax", "optax", "diffrax", "equinox", "optimistix", "numpyro",
              "blackjax")
 
 
-def _f32(*shape):
-    return jax.ShapeDtypeStruct(shape, jnp.float32)
-
-
-def _i32(*shape):
-    return jax.ShapeDtypeStruct(shape, jnp.int32)
 
 
 def _classifier_loss(logits, labels):
@@ -52,7 +46,7 @@ def haiku_resnet(depth: int, train_step: bool, batch: int = 8, image: int = 32):
     net = {18: hk.nets.ResNet18, 50: hk.nets.ResNet50}[depth]
     model = hk.transform_with_state(
         lambda x, is_training: net(num_classes=10)(x, is_training=is_training))
-    x = _f32(batch, image, image, 3)
+    x = f32(batch, image, image, 3)
     params, state = jax.eval_shape(
         lambda: model.init(jax.random.key(0), jnp.zeros(x.shape), True))
     if not train_step:
@@ -68,7 +62,7 @@ def haiku_resnet(depth: int, train_step: bool, batch: int = 8, image: int = 32):
         updates, opt_state = optimizer.update(grads, opt_state, p)
         return optax.apply_updates(p, updates), new_state, opt_state, value
 
-    return step, (params, state, jax.eval_shape(optimizer.init, params), x, _i32(batch))
+    return step, (params, state, jax.eval_shape(optimizer.init, params), x, i32(batch))
 
 
 def haiku_lstm(steps: int, static: bool, hidden: int = 128, batch: int = 8):
@@ -84,7 +78,7 @@ def haiku_lstm(steps: int, static: bool, hidden: int = 128, batch: int = 8):
         return hk.Linear(1)(outputs)
 
     model = hk.without_apply_rng(hk.transform(forward))
-    xs = _f32(steps, batch, 16)
+    xs = f32(steps, batch, 16)
     params = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros(xs.shape)))
     return jax.grad(lambda p, xs: jnp.mean(model.apply(p, xs) ** 2)), (params, xs)
 
@@ -116,7 +110,7 @@ def flax_encoder(layers: int, scan: bool, grad: bool, d: int = 128, seq: int = 1
             return nn.LayerNorm()(x)
 
     model = Encoder()
-    x = _f32(4, seq, d)
+    x = f32(4, seq, d)
     params = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros(x.shape)))
     if not grad:
         return model.apply, (params, x)
@@ -155,7 +149,7 @@ def nnx_cnn_step(batch: int = 32):
         optimizer.update(model, grads)
         return loss, nnx.state((model, optimizer))
 
-    return step, (state, _f32(batch, 28, 28, 1), _i32(batch))
+    return step, (state, f32(batch, 28, 28, 1), i32(batch))
 
 
 def _transformer_shaped_params(layers: int = 12, d: int = 256):
@@ -164,7 +158,7 @@ def _transformer_shaped_params(layers: int = 12, d: int = 256):
         shapes |= {f"layer{i}/{name}": shape for name, shape in (
             ("qkv", (d, 3 * d)), ("out", (d, d)), ("up", (d, 4 * d)), ("down", (4 * d, d)),
             ("norm1", (d,)), ("norm2", (d,)))}
-    return {name: _f32(*shape) for name, shape in shapes.items()}
+    return {name: f32(*shape) for name, shape in shapes.items()}
 
 
 def optax_adamw_step():
@@ -208,7 +202,7 @@ def optax_lbfgs(iterations: int = 20, dim: int = 32):
 
         return jax.lax.fori_loop(0, iterations, body, (x, optimizer.init(x)))[0]
 
-    return minimize, (_f32(dim),)
+    return minimize, (f32(dim),)
 
 
 def diffrax_neural_ode(grad: bool, width: int = 64):
@@ -230,8 +224,8 @@ def diffrax_neural_ode(grad: bool, width: int = 64):
         return solution.ys
 
     if not grad:
-        return solve, (params, _f32(4))
-    return jax.grad(lambda p, y0: jnp.sum(solve(p, y0) ** 2)), (params, _f32(4))
+        return solve, (params, f32(4))
+    return jax.grad(lambda p, y0: jnp.sum(solve(p, y0) ** 2)), (params, f32(4))
 
 
 def equinox_gru_grad(steps: int = 100, hidden: int = 128):
@@ -253,7 +247,7 @@ def equinox_gru_grad(steps: int = 100, hidden: int = 128):
         _, outputs = jax.lax.scan(step, jnp.zeros(hidden), xs)
         return jnp.mean((outputs - targets) ** 2)
 
-    return jax.grad(loss), (params, _f32(steps, 32), _f32(steps))
+    return jax.grad(loss), (params, f32(steps, 32), f32(steps))
 
 
 def optimistix_newton(dim: int = 32):
@@ -266,7 +260,7 @@ def optimistix_newton(dim: int = 32):
 
     solver = optx.Newton(rtol=1e-6, atol=1e-6)
     return (lambda y0, a: optx.root_find(residual, solver, y0, a, throw=False).value,
-            (_f32(dim), _f32(dim, dim)))
+            (f32(dim), f32(dim, dim)))
 
 
 def optimistix_bfgs(dim: int = 32):
@@ -275,7 +269,7 @@ def optimistix_bfgs(dim: int = 32):
 
     solver = optx.BFGS(rtol=1e-6, atol=1e-6)
     return (lambda y0: optx.minimise(lambda y, _: _rosenbrock(y), solver, y0,
-                                     throw=False, max_steps=500).value, (_f32(dim),))
+                                     throw=False, max_steps=500).value, (f32(dim),))
 
 
 def _logistic_model(x, y=None):

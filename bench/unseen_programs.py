@@ -23,19 +23,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _scoring import arguments, score, selected
+from _scoring import arguments, f32, i32, score, selected
 from jax import lax
 
 # image layouts of the convolution programs
 CONV_DIMS = ("NHWC", "HWIO", "NHWC")
 
 
-def _f32(*shape):
-    return jax.ShapeDtypeStruct(shape, jnp.float32)
-
-
-def _i32(*shape):
-    return jax.ShapeDtypeStruct(shape, jnp.int32)
 
 
 def _value_and_grad(loss):
@@ -52,7 +46,7 @@ def odeint_mlp(grad: bool):
         ys = odeint(dynamics, y0, jnp.linspace(0.0, 1.0, 8), w1, w2)
         return jnp.sum(ys[-1] ** 2)
 
-    return (_value_and_grad(loss) if grad else loss), (_f32(16, 32), _f32(32, 64), _f32(64, 32))
+    return (_value_and_grad(loss) if grad else loss), (f32(16, 32), f32(32, 64), f32(64, 32))
 
 
 def unet(grad: bool, channels: int = 16):
@@ -72,14 +66,14 @@ def unet(grad: bool, channels: int = 16):
         return conv(u1, p["out"])
 
     c = channels
-    params = {"d1": _f32(3, 3, 3, c), "d2": _f32(3, 3, c, 2 * c), "mid": _f32(3, 3, 2 * c, 4 * c),
-              "u2": _f32(2, 2, 4 * c, 2 * c), "c2": _f32(3, 3, 4 * c, 2 * c),
-              "u1": _f32(2, 2, 2 * c, c), "out": _f32(3, 3, 2 * c, 1)}
+    params = {"d1": f32(3, 3, 3, c), "d2": f32(3, 3, c, 2 * c), "mid": f32(3, 3, 2 * c, 4 * c),
+              "u2": f32(2, 2, 4 * c, 2 * c), "c2": f32(3, 3, 4 * c, 2 * c),
+              "u1": f32(2, 2, 2 * c, c), "out": f32(3, 3, 2 * c, 1)}
 
     def loss(p, x):
         return jnp.mean(forward(p, x) ** 2)
 
-    return (_value_and_grad(loss) if grad else forward), (params, _f32(4, 32, 32, 3))
+    return (_value_and_grad(loss) if grad else forward), (params, f32(4, 32, 32, 3))
 
 
 def gpt_scan(grad: bool, layers: int = 8, d: int = 128, seq: int = 64, heads: int = 4):
@@ -93,8 +87,8 @@ def gpt_scan(grad: bool, layers: int = 8, d: int = 128, seq: int = 64, heads: in
         x = x + jnp.einsum("bqhk,hkd->bqd", att, w["o"])
         return x + jax.nn.gelu(x @ w["up"]) @ w["down"], None
 
-    params = {"qkv": _f32(layers, 3, d, heads, d // heads), "o": _f32(layers, heads, d // heads, d),
-              "up": _f32(layers, d, 4 * d), "down": _f32(layers, 4 * d, d)}
+    params = {"qkv": f32(layers, 3, d, heads, d // heads), "o": f32(layers, heads, d // heads, d),
+              "up": f32(layers, d, 4 * d), "down": f32(layers, 4 * d, d)}
 
     def forward(p, x):
         return lax.scan(block, x, p)[0]
@@ -102,7 +96,7 @@ def gpt_scan(grad: bool, layers: int = 8, d: int = 128, seq: int = 64, heads: in
     def loss(p, x):
         return jnp.mean(forward(p, x) ** 2)
 
-    return (_value_and_grad(loss) if grad else forward), (params, _f32(2, seq, d))
+    return (_value_and_grad(loss) if grad else forward), (params, f32(2, seq, d))
 
 
 def mixer(grad: bool, blocks: int = 4, patches: int = 64, channels: int = 128):
@@ -115,13 +109,13 @@ def mixer(grad: bool, blocks: int = 4, patches: int = 64, channels: int = 128):
             x = x + mlp(x, b["c1"], b["c2"])
         return jnp.mean(x, axis=1)
 
-    params = [{"t1": _f32(patches, 256), "t2": _f32(256, patches), "c1": _f32(channels, 512),
-               "c2": _f32(512, channels)} for _ in range(blocks)]
+    params = [{"t1": f32(patches, 256), "t2": f32(256, patches), "c1": f32(channels, 512),
+               "c2": f32(512, channels)} for _ in range(blocks)]
 
     def loss(p, x):
         return jnp.mean(forward(p, x) ** 2)
 
-    return (_value_and_grad(loss) if grad else forward), (params, _f32(8, patches, channels))
+    return (_value_and_grad(loss) if grad else forward), (params, f32(8, patches, channels))
 
 
 def bfgs(dim: int = 16):
@@ -133,7 +127,7 @@ def bfgs(dim: int = 16):
     def solve(x0):
         return minimize(rosenbrock, x0, method="BFGS").x
 
-    return solve, (_f32(dim),)
+    return solve, (f32(dim),)
 
 
 def qr_svd():
@@ -142,7 +136,7 @@ def qr_svd():
         s = jnp.linalg.svd(a, compute_uv=False)
         return jnp.sum(q) + jnp.sum(r) + jnp.sum(s)
 
-    return f, (_f32(8, 64, 32),)
+    return f, (f32(8, 64, 32),)
 
 
 def fft_conv(grad: bool):
@@ -153,7 +147,7 @@ def fft_conv(grad: bool):
     def loss(x, k):
         return jnp.sum(conv(x, k) ** 2)
 
-    return (_value_and_grad(loss) if grad else conv), (_f32(16, 1024), _f32(16, 65))
+    return (_value_and_grad(loss) if grad else conv), (f32(16, 1024), f32(16, 65))
 
 
 def gumbel_top_k(samples: int = 32):
@@ -166,7 +160,7 @@ def gumbel_top_k(samples: int = 32):
 
         return jax.vmap(draw)(keys)
 
-    return f, (jax.ShapeDtypeStruct((2,), jnp.uint32), _f32(1000))
+    return f, (jax.ShapeDtypeStruct((2,), jnp.uint32), f32(1000))
 
 
 def hierarchical_logdensity_grad(groups: int = 64, obs: int = 512):
@@ -183,10 +177,10 @@ def hierarchical_logdensity_grad(groups: int = 64, obs: int = 512):
         lp += jnp.sum(stats.t.logpdf(y, nu, loc=theta[group], scale=jax.nn.softplus(p["s"])))
         return lp + p["log_tau"] + p["log_nu"]
 
-    params = {"mu": _f32(), "log_tau": _f32(), "log_nu": _f32(), "z": _f32(groups),
-              "w": _f32(groups), "s": _f32()}
+    params = {"mu": f32(), "log_tau": f32(), "log_nu": f32(), "z": f32(groups),
+              "w": f32(groups), "s": f32()}
     return (_value_and_grad(log_density),
-            (params, _f32(obs), _i32(obs)))
+            (params, f32(obs), i32(obs)))
 
 
 def sinkhorn(points: int = 256, iterations: int = 100):
@@ -206,7 +200,7 @@ def sinkhorn(points: int = 256, iterations: int = 100):
         plan = jnp.exp((f[:, None] + g[None, :] - cost) / epsilon)
         return jnp.sum(plan * cost)
 
-    return transport_cost, (_f32(points, 3), _f32(points, 3))
+    return transport_cost, (f32(points, 3), f32(points, 3))
 
 
 def expm_slogdet(batch: int = 8, n: int = 32):
@@ -218,7 +212,7 @@ def expm_slogdet(batch: int = 8, n: int = 32):
         sign, logdet = jnp.linalg.slogdet(e + jnp.eye(n))
         return jnp.sum(e) + jnp.sum(sign * logdet)
 
-    return f, (_f32(batch, n, n),)
+    return f, (f32(batch, n, n),)
 
 
 def newton_solve(dim: int = 24):
@@ -239,7 +233,7 @@ def newton_solve(dim: int = 24):
 
         return lax.while_loop(keep_going, step, (jnp.int32(0), jnp.zeros(dim)))[1]
 
-    return solve, (_f32(dim, dim), _f32(dim))
+    return solve, (f32(dim, dim), f32(dim))
 
 
 def batchnorm_cnn_step(channels: int = 32):
@@ -265,10 +259,10 @@ def batchnorm_cnn_step(channels: int = 32):
         return p, m, v
 
     c = channels
-    params = {"head": _f32(c, 10)}
+    params = {"head": f32(c, 10)}
     for i, cin in enumerate((3, c, c)):
-        params |= {f"w{i}": _f32(3, 3, cin, c), f"scale{i}": _f32(c), f"shift{i}": _f32(c)}
-    return train_step, (params, params, params, _f32(16, 32, 32, 3), _i32(16))
+        params |= {f"w{i}": f32(3, 3, cin, c), f"scale{i}": f32(c), f"shift{i}": f32(c)}
+    return train_step, (params, params, params, f32(16, 32, 32, 3), i32(16))
 
 
 def spatial_transformer_grad(size: int = 32, channels: int = 8):
@@ -293,7 +287,7 @@ def spatial_transformer_grad(size: int = 32, channels: int = 8):
         return jnp.mean(jax.vmap(sample)(images, thetas) ** 2)
 
     return (_value_and_grad(loss),
-            (_f32(8, size, size, channels), _f32(8, 2, 3)))
+            (f32(8, size, size, channels), f32(8, 2, 3)))
 
 
 PROGRAMS = {

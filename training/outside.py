@@ -9,12 +9,13 @@ compiling: tests do so for the shipped models, and model cards report it.
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 
 import numpy as np
 
 from costmodel.features import SCHEMA_VERSION
+
+from . import metrics
 
 # Beside the package in a source checkout; an installed wheel has no benches.
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
@@ -44,17 +45,15 @@ def score(artifact, data: dict) -> dict:
     if data["schema_version"] != SCHEMA_VERSION:
         raise ValueError(f"stored inputs are feature schema {data['schema_version']}, this "
                          f"costmodel extracts {SCHEMA_VERSION}; re-run the bench to refresh")
-    from scipy.stats import spearmanr
-
     rows = data["results"]
     out = artifact.predict([row["model_inputs"] for row in rows])["compile_seconds"]
     point, lo, hi = (out[key] * data["speed_scale"] for key in ("point", "lo", "hi"))
     measured = np.array([row["measured_s"] for row in rows])
-    folds = np.maximum(point / measured, measured / point)
-    return {"n": len(rows), "folds": folds, "median_fold": float(statistics.median(folds)),
-            "max_fold": float(folds.max()), "within_2x": float(np.mean(folds <= 2)),
-            "coverage": float(np.mean((lo <= measured) & (measured <= hi))),
-            "spearman": float(spearmanr(point, measured)[0]),
+    folds = metrics.fold_errors(point, measured)
+    return {"n": len(rows), "folds": folds, "median_fold": float(np.median(folds)),
+            "max_fold": float(folds.max()), "within_2x": metrics.within(point, measured),
+            "coverage": metrics.coverage(lo, hi, measured),
+            "spearman": metrics.spearman(point, measured),
             "under_predicted": int(np.sum(point < measured)),
             "skipped": len(data.get("skipped", {}))}
 
