@@ -1,0 +1,102 @@
+"""How far can leave-one-family-out compile-time accuracy go on this corpus?
+
+Scores the shipped model structure (`evaluate.predictions`, point estimates only) on the
+shipped CPU rows in four ways, each a leave-one-family-out run:
+
+- `shipped`: as trained and evaluated for the default model;
+- `optimized_hlo_oracle`: the same, but the op count the model reads (`hlo_ops_inlined`,
+  the baseline's size term) replaced by the instruction count of XLA's *optimized* HLO,
+  which the sweep recorded after each compile. No prediction made before compiling can
+  know it; it bounds what a better emulation of XLA's simplification and fusion could
+  give;
+- `families_N`: a corpus of N families drawn at random (several draws), each held out in
+  turn from the other N-1: how the scores move with the number of families;
+- `with_extra`: the shipped rows plus the rows of `--extra` (more families measured
+  alike), the model's own structure unchanged.
+
+    python bench/lofo_ceiling.py [--extra sweeps/cpu-recheck] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+from tqdm import tqdm
+
+from costmodel.training import dataset, evaluate, metrics
+from costmodel.training.fit import model_params, select_rows
+
+ROWS = "training/data/cpu/rows.parquet"
+SUBSET_SIZES = (8, 16, 24)
+DRAWS = 3
+
+
+def lofo_scores(rows, params: dict | None = None) -> dict:
+    """Median and p90 fold error and Spearman of the model's held-out compile seconds."""
+    pred = evaluate.predictions(rows.reset_index(drop=True), "leave_family_out",
+                                models=("costmodel",),
+                                params=model_params("cpu", {"n_folds": 0, **(params or {})}))
+    pred = pred[pred["target"] == "compile_seconds"]
+    point, actual = pred["point"].to_numpy(float), pred["actual"].to_numpy(float)
+    return {"rows": len(pred), "families": int(pred["family"].nunique()),
+            "median_fold": metrics.median_fold(point, actual),
+            "p90_fold": metrics.p90_fold(point, actual),
+            "spearman": metrics.spearman(point, actual)}
+
+
+def with_optimized_op_count(rows):
+    """`rows` whose model-visible op count is XLA's optimized instruction count."""
+    return rows.assign(f_hlo_ops_inlined=rows["hlo_instructions"].astype(float))
+
+
+def family_subsets(rows, size: int, draws: int, seed: int = 0):
+    """`draws` random subsets of `size` families (rows of those families only)."""
+    names = np.array(sorted(rows["family"].unique()))
+    rng = np.random.default_rng(seed)
+    for _ in range(draws):
+        chosen = rng.choice(names, size=size, replace=False)
+        yield rows[rows["family"].isin(chosen)]
+
+
+def run(extra: list[str]) -> dict:
+    rows = select_rows(dataset.load([ROWS]), "cpu")
+    runs = [("shipped", lambda: [lofo_scores(rows)]),
+            ("optimized_hlo_oracle", lambda: [lofo_scores(with_optimized_op_count(rows))])]
+    runs += [(f"families_{n}", lambda n=n: [lofo_scores(s) for s in
+                                             family_subsets(rows, n, DRAWS)])
+             for n in SUBSET_SIZES if n < rows["family"].nunique()]
+    if extra:
+        more = select_rows(dataset.load([ROWS, *extra]), "cpu")
+        runs.append(("with_extra", lambda: [lofo_scores(more)]))
+    results = {}
+    for name, score in tqdm(runs, desc="leave-one-family-out runs", unit="run"):
+        draws = score()
+        results[name] = {key: float(np.mean([d[key] for d in draws])) for key in draws[0]}
+        results[name].update(rows=round(results[name]["rows"]), families=draws[0]["families"])
+        if len(draws) > 1:
+            results[name]["spearman_draws"] = [round(d["spearman"], 4) for d in draws]
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--extra", nargs="*", default=[],
+                        help="more CPU rows (shards or folders) for the with_extra run")
+    parser.add_argument("--json", default=None, help="write the results here")
+    args = parser.parse_args(argv)
+    results = run(args.extra)
+    print(f"{'run':22s} {'families':>8s} {'rows':>5s} {'median':>7s} {'p90':>6s} {'spearman':>8s}")
+    for name, r in results.items():
+        print(f"{name:22s} {r['families']:8d} {r['rows']:5d} {r['median_fold']:7.3f} "
+              f"{r['p90_fold']:6.3f} {r['spearman']:8.4f}")
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"rows": ROWS, "extra": args.extra, "results": results}, out, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""bench/lofo_ceiling.py: the family draws and the oracle input it scores the model with."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from costmodel.training import dataset
+from costmodel.training.fit import select_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def ceiling():
+    spec = importlib.util.spec_from_file_location("lofo_ceiling", ROOT / "bench/lofo_ceiling.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return select_rows(dataset.load([ROOT / "training/data/cpu/rows.parquet"]), "cpu")
+
+
+def test_family_draws_have_the_asked_size_and_differ(ceiling, rows):
+    draws = [set(d["family"]) for d in ceiling.family_subsets(rows, 8, 3)]
+    assert [len(d) for d in draws] == [8, 8, 8]
+    assert len({frozenset(d) for d in draws}) == 3
+    again = [set(d["family"]) for d in ceiling.family_subsets(rows, 8, 3)]
+    assert again == draws  # seeded: a re-run scores the same corpora
+
+
+def test_oracle_replaces_only_the_op_count(ceiling, rows):
+    oracle = ceiling.with_optimized_op_count(rows)
+    assert np.array_equal(oracle["f_hlo_ops_inlined"], rows["hlo_instructions"].astype(float))
+    assert not np.array_equal(oracle["f_hlo_ops_inlined"], rows["f_hlo_ops_inlined"])
+    untouched = [c for c in rows.columns if c != "f_hlo_ops_inlined"]
+    assert oracle[untouched].equals(rows[untouched])
+
+
+def test_scores_of_a_small_corpus(ceiling, rows):
+    small = rows[rows["family"].isin(["mlp", "loop", "cnn"])]
+    shipped = ceiling.lofo_scores(small)
+    oracle = ceiling.lofo_scores(ceiling.with_optimized_op_count(small))
+    assert shipped["families"] == 3 and shipped["rows"] == len(small)
+    assert 1.0 < shipped["median_fold"] < shipped["p90_fold"]
+    assert 0.5 < shipped["spearman"] < 1.0
+    assert oracle["spearman"] != pytest.approx(shipped["spearman"], abs=1e-6)
