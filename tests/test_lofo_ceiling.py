@@ -49,3 +49,13 @@ def test_scores_of_a_small_corpus(ceiling, rows):
     assert 1.0 < shipped["median_fold"] < shipped["p90_fold"]
     assert 0.5 < shipped["spearman"] < 1.0
     assert oracle["spearman"] != pytest.approx(shipped["spearman"], abs=1e-6)
+
+
+def test_unshipped_rows_are_the_registered_families_the_shipped_data_leaves_out(ceiling, rows):
+    from costmodel.features import SCHEMA_VERSION
+    from costmodel.training import corpus
+
+    unshipped = dataset.load([ROOT / ceiling.UNSHIPPED])
+    assert set(unshipped["family"]) == set(corpus.FAMILIES) - set(rows["family"])
+    assert len(unshipped) == 915 and (unshipped["status"] == "ok").all()
+    assert set(unshipped["f_schema_version"]) == {SCHEMA_VERSION}  # else re-extract them
