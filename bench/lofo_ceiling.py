@@ -29,7 +29,7 @@ import sys
 import numpy as np
 from tqdm import tqdm
 
-from costmodel.training import dataset, evaluate, metrics
+from costmodel.training import dataset, evaluate
 from costmodel.training.fit import model_params, select_rows
 
 ROWS = "training/data/cpu/rows.parquet"
@@ -44,11 +44,9 @@ def lofo_scores(rows, params: dict | None = None) -> dict:
                                 models=("costmodel",),
                                 params=model_params("cpu", {"n_folds": 0, **(params or {})}))
     pred = pred[pred["target"] == "compile_seconds"]
-    point, actual = pred["point"].to_numpy(float), pred["actual"].to_numpy(float)
-    return {"rows": len(pred), "families": int(pred["family"].nunique()),
-            "median_fold": metrics.median_fold(point, actual),
-            "p90_fold": metrics.p90_fold(point, actual),
-            "spearman": metrics.spearman(point, actual)}
+    scores = evaluate.score(pred)
+    return {"rows": scores["n"], "families": int(pred["family"].nunique()),
+            **{key: scores[key] for key in ("median_fold", "p90_fold", "spearman")}}
 
 
 def with_optimized_op_count(rows):
@@ -65,23 +63,27 @@ def family_subsets(rows, size: int, draws: int, seed: int = 0):
         yield rows[rows["family"].isin(chosen)]
 
 
-def run(extra: list[str]) -> dict:
+def corpora(extra: list[str]) -> dict[str, list]:
+    """The row sets of each run, by run name (a `families_N` run has one per draw)."""
     rows = select_rows(dataset.load([ROWS]), "cpu")
-    runs = [("shipped", lambda: [lofo_scores(rows)]),
-            ("optimized_hlo_oracle", lambda: [lofo_scores(with_optimized_op_count(rows))])]
-    runs += [(f"families_{n}", lambda n=n: [lofo_scores(s) for s in
-                                             family_subsets(rows, n, DRAWS)])
-             for n in SUBSET_SIZES if n < rows["family"].nunique()]
+    runs = {"shipped": [rows], "optimized_hlo_oracle": [with_optimized_op_count(rows)]}
+    for n in SUBSET_SIZES:
+        if n < rows["family"].nunique():
+            runs[f"families_{n}"] = list(family_subsets(rows, n, DRAWS))
     if extra:
-        more = select_rows(dataset.load([ROWS, *extra]), "cpu")
-        runs.append(("with_extra", lambda: [lofo_scores(more)]))
+        runs["with_extra"] = [select_rows(dataset.load([ROWS, *extra]), "cpu")]
+    return runs
+
+
+def run(extra: list[str]) -> dict:
     results = {}
-    for name, score in tqdm(runs, desc="leave-one-family-out runs", unit="run"):
-        draws = score()
-        results[name] = {key: float(np.mean([d[key] for d in draws])) for key in draws[0]}
-        results[name].update(rows=round(results[name]["rows"]), families=draws[0]["families"])
-        if len(draws) > 1:
-            results[name]["spearman_draws"] = [round(d["spearman"], 4) for d in draws]
+    for name, draws in tqdm(corpora(extra).items(), desc="leave-one-family-out runs",
+                            unit="run"):
+        scores = [lofo_scores(rows) for rows in draws]
+        results[name] = {key: float(np.mean([s[key] for s in scores])) for key in scores[0]}
+        results[name].update(rows=round(results[name]["rows"]), families=scores[0]["families"])
+        if len(scores) > 1:
+            results[name]["spearman_draws"] = [round(s["spearman"], 4) for s in scores]
     return results
 
 
