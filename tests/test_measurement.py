@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import pytest
 
 from costmodel.features import ALL_FEATURES
-from costmodel.training import dataset
+from costmodel.training import dataset, phases
 from costmodel.training.harness import (
     CacheHitError,
     CompileEvents,
@@ -52,6 +52,38 @@ def test_row_has_every_field(measured_row):
     # 3 steps of sin + add (+ constant, broadcast) = 12 StableHLO ops
     assert row["f_hlo_ops"] == 12
     assert row["executable_memory_bytes"] >= 2 * 8 * 4  # argument + output
+
+
+def test_row_carries_phase_seconds_of_its_own_traced_compile(measured_row):
+    row = measured_row
+    assert row["phase_error"] == ""
+    assert all(row[c] > 0 for c in phases.SECONDS_COLUMNS), {c: row[c] for c in phases.SECONDS_COLUMNS}
+    explained = phases.explained_seconds({p: row[phases.column(p)] for p in phases.PHASES})
+    assert explained <= row["phase_xla_seconds"] <= row[phases.WALL_COLUMN]
+    # an extra compile: the timed ones stay two, and the traced one is as fast as they are
+    assert 0.2 < row[phases.WALL_COLUMN] / row["compile_seconds"] < 5
+    assert "layout-assignment" in json.loads(row[phases.PASSES_COLUMN])
+
+
+def test_rows_without_phase_columns_still_load(tmp_path, measured_row):
+    import pandas as pd
+
+    old = {k: v for k, v in measured_row.items() if not k.startswith("phase_")}
+    dataset.export_parquet(pd.DataFrame([{**old, "row_id": "old"}]), tmp_path / "old.parquet")
+    with dataset.ShardWriter(tmp_path / "new.jsonl") as writer:
+        writer.append(measured_row)
+    with dataset.ShardWriter(tmp_path / "untraced.jsonl") as writer:  # phases all missing
+        writer.append({**measured_row, "row_id": "untraced",
+                       **dict.fromkeys(phases.SECONDS_COLUMNS)})
+    rows = dataset.load([tmp_path / "old.parquet", tmp_path / "untraced.jsonl",
+                         tmp_path / "new.jsonl"])
+    assert len(rows) == 3
+    backend = rows["phase_backend_seconds"]
+    assert backend.dtype == float and backend.isna().sum() == 2
+    new = rows["row_id"] == measured_row["row_id"]
+    assert backend[new].item() == measured_row["phase_backend_seconds"]
+    dataset.export_parquet(rows, tmp_path / "out" / "all.parquet")
+    assert dataset.load(tmp_path / "out")["phase_wall_seconds"].notna().sum() == 1
 
 
 def test_timeout_is_recorded_as_a_row():

@@ -47,7 +47,8 @@ def run(spec: dict) -> dict:
         return family.build(**params)
 
     return measure(build, backend=spec.get("backend", "cpu"), target=spec.get("target", ""),
-                   max_repeats=int(spec.get("max_repeats", 3)))
+                   max_repeats=int(spec.get("max_repeats", 3)),
+                   trace_phases=bool(spec.get("trace_phases", True)))
 
 
 def result_for(spec: dict) -> dict:

@@ -16,9 +16,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from .phases import SECONDS_COLUMNS
+
 FEATURE_PREFIX = "f_"
 LABELS = ("compile_seconds", "peak_rss_bytes", "executable_memory_bytes")
 STATUSES = ("ok", "timeout", "oom", "error", "cache_hit")
+# Columns holding JSON text (a list per row) that not every source writes.
+JSON_COLUMNS = ("compile_seconds_all",)
 
 
 def program_key(family: str, params: dict, backend: str, target: str) -> str:
@@ -127,7 +131,23 @@ def load(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> pd.DataFrame
     if not frames:
         return pd.DataFrame(columns=["key", "row_id", "status"])
     data = pd.concat(frames, ignore_index=True, sort=False)
+    # phases are absent in older rows, and a shard whose phases are all missing reads as object
+    data = data.astype({name: float for name in SECONDS_COLUMNS if name in data})
+    data = _with_missing_values(data)
     return data.drop_duplicates("row_id", keep="first").reset_index(drop=True)
+
+
+def _with_missing_values(data: pd.DataFrame) -> pd.DataFrame:
+    """Labels as numbers (NaN where a row has none) and JSON-text columns as text or None:
+    shards that lack a column (recorded compiles, samples) leave NaN there after concat."""
+    for name in (*LABELS, "ref_seconds"):
+        if name in data:
+            data[name] = pd.to_numeric(data[name], errors="coerce")
+    for name in JSON_COLUMNS:
+        if name in data:
+            column = data[name].astype(object)
+            data[name] = column.where(column.notna(), None)
+    return data
 
 
 def done_keys(paths: Iterable[str | os.PathLike], skip_errors: bool = False) -> set[str]:

@@ -9,11 +9,14 @@ none was a cache hit and is flagged, never recorded as a measurement.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import statistics
 import threading
 import time
 from dataclasses import dataclass
+
+from .phases import PhaseTrace
 
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
@@ -126,15 +129,19 @@ def placement(backend: str, target: str) -> Placement:
     return Placement("gpu", target, sharding, deviceless)
 
 
-def compile_once(build, place: Placement, events: CompileEvents):
-    """Build a fresh program, trace+lower and compile it: (lower_s, compile_s, event_s, ...)."""
+def compile_once(build, place: Placement, events: CompileEvents, trace: PhaseTrace | None = None):
+    """Build a fresh program, trace+lower and compile it: (lower_s, compile_s, event_s, ...).
+
+    With `trace`, the compile runs under that profiler trace (started and stopped outside
+    the timed span)."""
     fn, args = build()
     t0 = time.perf_counter()
     traced, lowered = place.lower(fn, args)
-    t1 = time.perf_counter()
     mark = events.mark()
-    compiled = lowered.compile()
-    t2 = time.perf_counter()
+    with trace if trace is not None else contextlib.nullcontext():
+        t1 = time.perf_counter()
+        compiled = lowered.compile()
+        t2 = time.perf_counter()
     fired = events.since(mark)
     if len(fired) != 1:
         raise CacheHitError(f"expected exactly one backend compile, saw {len(fired)}")
@@ -197,11 +204,14 @@ def repeats_for(first_seconds: float, max_repeats: int) -> int:
     return 1
 
 
-def measure(build, backend: str = "cpu", target: str = "", max_repeats: int = 3) -> dict:
+def measure(build, backend: str = "cpu", target: str = "", max_repeats: int = 3,
+            trace_phases: bool = True) -> dict:
     """Measure compiles of `build()` programs in this (fresh) process. Returns the labels.
 
     `build` returns a new (fn, args) on each call. The row's features come from the
-    first lowering, through the same extractor prediction uses.
+    first lowering, through the same extractor prediction uses. With `trace_phases`, one
+    more compile, after all timed ones, runs under a profiler trace for the per-phase
+    columns (`phases.py`); without, those columns are missing values.
     """
     from costmodel.features import from_lowered
 
@@ -239,6 +249,11 @@ def measure(build, backend: str = "cpu", target: str = "", max_repeats: int = 3)
         times.append(seconds)
         event_times.append(event_seconds)
 
+    trace = PhaseTrace()
+    traced_seconds = None
+    if trace_phases:  # its own compile: tracing must not touch the labels above
+        traced_seconds = compile_once(build, place, events, trace=trace)[1]
+
     median = statistics.median(times)
     return {
         "backend": backend,
@@ -255,5 +270,6 @@ def measure(build, backend: str = "cpu", target: str = "", max_repeats: int = 3)
         "ref_seconds": statistics.median(ref_times),
         **memory,
         **hlo_stats,
+        **trace.row(traced_seconds),
         "features": features.to_dict(),
     }
