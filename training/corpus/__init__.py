@@ -34,6 +34,10 @@ from . import loops as _loops  # noqa: F401
 from . import misc as _misc  # noqa: F401
 from . import modern as _modern  # noqa: F401
 from . import numeric as _numeric  # noqa: F401
+from . import real_flax_linen as _real_flax_linen  # noqa: F401  (registers only installed libraries)
+from . import real_flax_nnx as _real_flax_nnx  # noqa: F401
+from . import real_haiku as _real_haiku  # noqa: F401
+from . import real_keras as _real_keras  # noqa: F401
 from . import science as _science  # noqa: F401
 from .loops import LOOP_STYLES
 from .registry import (
