@@ -9,13 +9,20 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
+from .worker import DEFAULT_READ_TIMEOUT
+
+# Enough that 50 clients stalled half way through a request leave threads to spare.
+DEFAULT_THREADS = 64
+
 
 class _Server(BaseApplication):
     """A gunicorn application whose workers each build their own app with `create_app`."""
 
-    def __init__(self, options: dict[str, Any], config: Mapping[str, Any] | None) -> None:
+    def __init__(self, options: dict[str, Any], config: Mapping[str, Any] | None,
+                 read_timeout: float) -> None:
         self.options = options
         self.app_config = dict(config) if config is not None else None
+        self.read_timeout = read_timeout  # read by ServiceWorker for each connection
         super().__init__()
 
     def load_config(self) -> None:
@@ -30,8 +37,8 @@ class _Server(BaseApplication):
         from .app import create_app
 
         app = create_app(self.app_config)
-        # After create_app, so the OpenMP runtime the models pulled in is covered. A sync
-        # worker serves one request at a time; more threads per prediction only contend.
+        # After create_app, so the OpenMP runtime the models pulled in is covered. The
+        # worker's threads serve requests side by side; threads per prediction only contend.
         threadpool_limits(1)
         _warm_up(app)
         return app
@@ -64,7 +71,8 @@ def _known_settings() -> set[str]:
 
 
 def serve(host: str = "127.0.0.1", port: int = 8000, workers: int = 2,
-          config: Mapping[str, Any] | None = None, **options: Any) -> None:
+          config: Mapping[str, Any] | None = None, threads: int = DEFAULT_THREADS,
+          read_timeout: float = DEFAULT_READ_TIMEOUT, **options: Any) -> None:
     """Serve the API with gunicorn until interrupted (SIGINT or SIGTERM stop it gracefully).
 
     Args:
@@ -72,20 +80,27 @@ def serve(host: str = "127.0.0.1", port: int = 8000, workers: int = 2,
         port: TCP port (0 picks a free one).
         workers: gunicorn worker processes; each loads the models once.
         config: Passed to `create_app` in every worker.
+        threads: Request threads per worker. A client that sends half a request holds one
+            until `read_timeout`; idle connections wait on the poller and hold none.
+        read_timeout: Seconds a request may take to arrive once its first bytes are in;
+            slower ones get 408.
         **options: Further gunicorn settings, e.g. `timeout=60`, `accesslog="-"`.
 
     Example:
         >>> serve("127.0.0.1", 8000, workers=2, config={"SAMPLES_DB": "/var/lib/cm.sqlite3"})
     """
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, not {workers}")
+    if workers < 1 or threads < 1:
+        raise ValueError(f"workers and threads must be >= 1, not {workers} and {threads}")
+    if not read_timeout > 0:
+        raise ValueError(f"read_timeout must be > 0 seconds, not {read_timeout}")
     # For libraries a worker loads later than create_app (inherited through the fork).
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    settings = {"bind": f"{host}:{port}", "workers": workers, "worker_class": "sync",
+    settings = {"bind": f"{host}:{port}", "workers": workers, "threads": threads,
+                "worker_class": "costmodel.api.worker.ServiceWorker",
                 "proc_name": "costmodel-api", "timeout": 60, "graceful_timeout": 10}
     if "control_socket_disable" in _known_settings():
         # gunicorn >= 25.1 opens a runtime-control socket at one fixed path per user, which
         # two services on a host would fight over; nothing here uses it.
         settings["control_socket_disable"] = True
     settings.update(options)
-    _Server(settings, config).run()
+    _Server(settings, config, read_timeout).run()

@@ -7,11 +7,8 @@ A program arrives either as StableHLO text, which goes through the same extracto
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Collection, Mapping
 from typing import Any
-
-import numpy as np
 
 from costmodel.features import (
     ALL_FEATURES,
@@ -19,6 +16,7 @@ from costmodel.features import (
     KNOWN_TARGETS,
     MODEL_FEATURES,
     Features,
+    RefusedText,
     StableHLOParseError,
     UnknownTargetError,
     from_stablehlo,
@@ -31,13 +29,6 @@ from .errors import ValidationError, json_type
 # model's power law cannot overflow a float.
 MAX_FEATURE_VALUE = 1e30
 PROGRAM_FIELDS = ("stablehlo", "features", "backend", "target")
-# The MLIR parser recurses once per nested region, attribute or type and overflows the
-# C stack (killing the worker) a few thousand levels down. Real modules nest < 20 deep.
-MAX_NESTING = 256
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
-_BRACKET = np.zeros(256, np.int8)
-_BRACKET[[ord(c) for c in "{([<"]] = 1
-_BRACKET[[ord(c) for c in "})]>"]] = -1
 _JAXPR = frozenset(JAXPR_FEATURES)
 
 
@@ -112,23 +103,14 @@ def program_features(body: Mapping[str, Any], where: str = "") -> Features:
 def _from_text(text: Any, backend: str, target: str, where: str) -> Features:
     if not isinstance(text, str):
         raise ValidationError(f"{where}stablehlo: must be a string, not {json_type(text)}")
-    depth = nesting_depth(text)
-    if depth > MAX_NESTING:
-        raise ValidationError(f"{where}stablehlo: nests {depth} levels deep; at most "
-                              f"{MAX_NESTING} are accepted")
     try:
         return from_stablehlo(text, backend=backend, target=target)
+    except RefusedText as exc:
+        raise ValidationError(f"{where}stablehlo: {exc}") from None
     except StableHLOParseError as exc:
         raise ValidationError(f"{where}stablehlo: not a valid StableHLO module: {exc}") from None
     except RecursionError:
         raise ValidationError(f"{where}stablehlo: the module nests too deeply") from None
-
-
-def nesting_depth(text: str) -> int:
-    """Deepest bracket nesting ({ ( [ <) outside string literals; `->` is not a bracket."""
-    bare = _STRING.sub('""', text).replace("->", "  ")
-    codes = np.frombuffer(bare.encode("utf-8", "surrogatepass"), np.uint8)
-    return int(np.cumsum(_BRACKET[codes], dtype=np.int64).max(initial=0))
 
 
 def feature_vector(values: Any, backend: str, target: str, where: str = "") -> Features:

@@ -107,14 +107,19 @@ def _payloads() -> list[tuple[str, bytes]]:
 
 
 class Server:
-    def __init__(self, model: Path, tmp: Path, workers: int) -> None:
+    """`costmodel.api.serve` in a subprocess; `options` go to serve() (gunicorn settings)."""
+
+    def __init__(self, model: Path, tmp: Path, workers: int, **options) -> None:
         self.port = _free_port()
         config = {"SAMPLES_DB": str(tmp / "samples.sqlite3"), "MODEL_PATHS": {"cpu": str(model)}}
         script = ("import json, sys\nfrom costmodel.api import serve\nserve(sys.argv[1], "
-                  "int(sys.argv[2]), workers=int(sys.argv[3]), config=json.loads(sys.argv[4]))")
-        self.log = open(tmp / "server.log", "wb")  # noqa: SIM115 - closed in stop()
+                  "int(sys.argv[2]), workers=int(sys.argv[3]), config=json.loads(sys.argv[4]), "
+                  "**json.loads(sys.argv[5]))")
+        self.log_path = tmp / f"server-{self.port}.log"
+        self.log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
-            [sys.executable, "-c", script, HOST, str(self.port), str(workers), json.dumps(config)],
+            [sys.executable, "-c", script, HOST, str(self.port), str(workers), json.dumps(config),
+             json.dumps(options)],
             stdout=self.log, stderr=subprocess.STDOUT)
         self.url = f"http://{HOST}:{self.port}"
 

@@ -14,11 +14,14 @@ from .schema import MODEL_FEATURES as MODEL_FEATURES
 from .schema import SCHEMA_VERSION as SCHEMA_VERSION
 from .schema import STABLEHLO_FEATURES as STABLEHLO_FEATURES
 from .schema import Features as Features
-from .stablehlo import StableHLOParseError as StableHLOParseError
+from .text_guard import MAX_NESTING as MAX_NESTING
+from .text_guard import RefusedText as RefusedText
+from .text_guard import StableHLOParseError as StableHLOParseError
 
 __all__ = [
-    "ALL_FEATURES", "JAXPR_FEATURES", "KNOWN_BACKENDS", "KNOWN_TARGETS", "MODEL_FEATURES",
-    "SCHEMA_VERSION", "STABLEHLO_FEATURES", "Features", "StableHLOParseError",
+    "ALL_FEATURES", "JAXPR_FEATURES", "KNOWN_BACKENDS", "KNOWN_TARGETS", "MAX_NESTING",
+    "MODEL_FEATURES", "SCHEMA_VERSION", "STABLEHLO_FEATURES", "Features", "RefusedText",
+    "StableHLOParseError",
     "UnknownTargetError", "extract", "from_lowered", "from_stablehlo", "lower",
     "normalize_target",
 ]

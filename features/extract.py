@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 from . import environment
 from .jaxpr import jaxpr_features
 from .schema import JAXPR_FEATURES, Features
 from .stablehlo import parse_module, stablehlo_features
+
+# One MLIR context serves every parse; the service parses on several threads at once.
+_PARSE_LOCK = threading.Lock()
 
 
 def from_stablehlo(text: str, backend: str | None = "cpu", target: str | None = None) -> Features:
@@ -20,7 +24,8 @@ def from_stablehlo(text: str, backend: str | None = "cpu", target: str | None = 
     Example:
         >>> feats = from_stablehlo(jax.jit(f).lower(x).as_text())
     """
-    return _from_module(parse_module(text), backend, target)
+    with _PARSE_LOCK:
+        return _from_module(parse_module(text), backend, target)
 
 
 def _from_module(module, backend: str | None, target: str | None) -> Features:

@@ -15,11 +15,7 @@ from functools import lru_cache
 
 from .categories import EXPENSIVE_HLO, FUSIBLE_HLO, HLO_STRUCTURAL, INDEXING_HLO, hlo_category
 from .schema import CATEGORIES, HISTOGRAM_OPS, STABLEHLO_FEATURES
-
-
-class StableHLOParseError(ValueError):
-    """The text is not a StableHLO module the MLIR parser accepts."""
-
+from .text_guard import StableHLOParseError, check_module_text
 
 _ELEMENT_BYTES = {
     "f64": 8, "f32": 4, "f16": 2, "bf16": 2, "tf32": 4,
@@ -40,33 +36,13 @@ def _context():
     return mlir.make_ir_context()
 
 
-# The MLIR parser recurses once per nesting level and overflows the C stack (a segfault,
-# not an exception) at a few thousand levels; real modules nest well under 50.
-MAX_NESTING = 256
-
-
-def nesting_depth(text: str) -> int:
-    """Deepest bracket nesting of `text` ({[(< against }])>), computed without parsing."""
-    import numpy as np
-
-    raw = np.frombuffer(text.encode("utf-8", "replace"), dtype=np.uint8)
-    opens = np.isin(raw, np.frombuffer(b"{[(<", dtype=np.uint8))
-    closes = np.isin(raw, np.frombuffer(b"}])>", dtype=np.uint8))
-    steps = opens.astype(np.int32) - closes.astype(np.int32)
-    return int(np.cumsum(steps).max(initial=0))
-
-
 def parse_module(text: str):
     """Parse StableHLO module text; raise `StableHLOParseError` with the parser's message."""
     from jax._src.lib.mlir import ir
 
     if not isinstance(text, str) or not text.strip():
         raise StableHLOParseError("empty StableHLO text")
-    depth = nesting_depth(text)
-    if depth > MAX_NESTING:
-        raise StableHLOParseError(
-            f"nesting depth {depth} exceeds {MAX_NESTING}: refusing to parse (real modules "
-            "nest far less; the MLIR parser would overflow its stack)")
+    check_module_text(text)
     ctx = _context()
     with ctx:
         try:

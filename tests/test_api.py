@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import sqlite3
+import time
 
 import pytest
 from test_api_support import (
@@ -262,6 +263,12 @@ def test_malformed_stablehlo_carries_the_parser_message(client):
                                         "JSON number"),
     (b"\xff\xfe{", "the request body is not valid JSON: "),
     (b"[" * 100_000 + b"]" * 100_000, "the request body is not valid JSON: nested too deeply"),
+    (b'{"stablehlo": "a", "stablehlo": "b"}', "the request body is not valid JSON: the key "
+                                             "'stablehlo' appears more than once in one object"),
+    (b'{"\\ud800": 1}', "the request body is not valid Unicode: it escapes a lone surrogate"),
+    (b'{"features": {"\\udc00x": 1}}', "the request body is not valid Unicode: it escapes a "
+                                      "lone surrogate"),
+    (b'{"stablehlo": "module {\\ud800}"}', "the request body is not valid Unicode"),
 ])
 def test_malformed_json_is_400(client, data, start):
     response = client.post("/v1/predict", data=data, content_type="application/json")
@@ -278,6 +285,30 @@ def test_wrong_content_type_is_415(client, content_type, shown):
     assert response.status_code == 415
     assert response.json == error(415, "Unsupported Media Type",
                                   f"expected Content-Type: application/json, got {shown}")
+
+
+def test_nul_in_a_module_is_refused_before_parsing(client):
+    response = client.post("/v1/predict", json={"stablehlo": "module {\0}"})
+    assert response.json == error(400, BAD, "stablehlo: contains a NUL character at position 8")
+
+
+HOSTILE_MODULES = {
+    "escaped quotes": '"' + '\\"' * 250_000,   # a regex restarted at every one of them
+    "quotes": '"' * 2**20,
+    "open braces": "{" * 2**20,
+}
+
+
+@pytest.mark.parametrize("module", HOSTILE_MODULES.values(), ids=HOSTILE_MODULES.keys())
+def test_validation_is_linear_in_the_body(client, module):
+    # 360 KB of escaped quotes took a worker past gunicorn's 60 s timeout. A megabyte is
+    # answered in 20-150 ms here; the parser's first use (its MLIR context) comes first.
+    client.post("/v1/predict", json={"stablehlo": "module {}"})
+    body = json.dumps({"stablehlo": module})
+    start = time.perf_counter()
+    response = client.post("/v1/predict", data=body, content_type="application/json")
+    assert response.status_code == 400
+    assert time.perf_counter() - start < 0.5
 
 
 def test_body_over_max_content_length_is_413(client):

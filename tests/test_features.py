@@ -1,6 +1,7 @@
 """Feature extraction: closed-form counts on tiny programs."""
 
 import math
+import time
 
 import jax
 import jax.numpy as jnp
@@ -9,6 +10,7 @@ import pytest
 from jax import lax
 
 from costmodel import features as F
+from costmodel.features.text_guard import nesting_depth
 
 X = jax.ShapeDtypeStruct((8, 8), jnp.float32)
 
@@ -204,11 +206,40 @@ def test_prng_key_dtypes_do_not_break_extraction():
 
 def test_deeply_nested_text_is_refused_before_the_parser_sees_it():
     text = "module {" + "(" * 5000 + ")" * 5000 + "}"
-    with pytest.raises(F.StableHLOParseError, match="nesting depth"):
+    with pytest.raises(F.RefusedText, match="nests 5001 levels deep; at most 256"):
         F.from_stablehlo(text)
     real = jax.jit(lambda x: lax.scan(lambda c, _: (jnp.sin(c), None), x, None, length=3)[0])
-    from costmodel.features.stablehlo import MAX_NESTING, nesting_depth
-    assert nesting_depth(real.lower(X).as_text()) < MAX_NESTING // 4
+    assert nesting_depth(real.lower(X).as_text()) < F.MAX_NESTING // 4
+
+
+@pytest.mark.parametrize("text, depth", [
+    ("{ ( [ < > ] ) }", 4),
+    ("func(%a) -> tensor<4xf32> {}", 1),          # `->` closes nothing
+    ('{ "{{{((" }', 1),                           # brackets inside a string do not count
+    (r'{ "a \" {{{" }', 1),                      # an escaped quote does not end the string
+    (r'{ "a \\" { }', 2),                       # an escaped backslash does: the { counts
+    ('{ "unterminated {{{{', 1),                  # an open string runs to the end
+    ("", 0),
+])
+def test_nesting_depth_counts_brackets_outside_strings(text, depth):
+    assert nesting_depth(text) == depth
+
+
+def test_nesting_guard_is_linear_on_escaped_quotes():
+    # A run of \" kept a regex restarting at every quote: 20 KB took 2 s, 360 KB a minute.
+    hostile = '"' + '\\"' * 500_000            # 1 MB
+    start = time.perf_counter()
+    assert nesting_depth(hostile) == 0
+    assert time.perf_counter() - start < 0.1
+
+
+@pytest.mark.parametrize("text, message", [
+    ("module {\ud800}", "not valid Unicode: a lone surrogate at character 8"),
+    ("module {\x00}", "contains a NUL character at position 8"),
+])
+def test_text_the_parser_cannot_take_is_refused(text, message):
+    with pytest.raises(F.RefusedText, match=message):
+        F.from_stablehlo(text)
 
 
 @pytest.mark.parametrize("element, width", [("f64", 8), ("f32", 4), ("bf16", 2), ("f8E4M3FN", 1),
