@@ -40,12 +40,14 @@ from . import real_equinox as _real_equinox  # noqa: F401
 from . import real_example_libraries as _real_example_libraries  # noqa: F401
 from . import real_flax_linen as _real_flax_linen  # noqa: F401
 from . import real_flax_nnx as _real_flax_nnx  # noqa: F401
+from . import real_flowjax as _real_flowjax  # noqa: F401
 from . import real_haiku as _real_haiku  # noqa: F401
 from . import real_keras as _real_keras  # noqa: F401
 from . import real_lineax as _real_lineax  # noqa: F401
 from . import real_numpyro as _real_numpyro  # noqa: F401
 from . import real_optax as _real_optax  # noqa: F401
 from . import real_optimistix as _real_optimistix  # noqa: F401
+from . import real_penzai as _real_penzai  # noqa: F401
 from . import science as _science  # noqa: F401
 from .loops import LOOP_STYLES
 from .registry import (
