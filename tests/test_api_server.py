@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import importlib.util
 import json
 import os
 import signal
@@ -12,6 +13,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from test_api_support import (
@@ -31,6 +33,19 @@ import costmodel
 from costmodel.models import load
 
 HOST = "127.0.0.1"
+READ_TIMEOUT = 2.0
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _faults():
+    """bench/api_faults.py: its hostile requests, raw sender and /healthz probe."""
+    spec = importlib.util.spec_from_file_location("api_faults", ROOT / "bench/api_faults.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+faults = _faults()
 
 
 def _free_port() -> int:
@@ -47,7 +62,7 @@ class Server:
         self.log = tmp / "server.log"
         script = ("import json, sys\nfrom costmodel.api import serve\n"
                   "serve(sys.argv[1], int(sys.argv[2]), workers=2, "
-                  "config=json.loads(sys.argv[3]))\n")
+                  f"read_timeout={READ_TIMEOUT}, config=json.loads(sys.argv[3]))\n")
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-c", script, HOST, str(self.port), json.dumps(config)],
@@ -143,6 +158,42 @@ def test_deeply_nested_module_does_not_kill_a_worker(server):
     assert (status, body["description"]) == (
         400, "stablehlo: nests 20000 levels deep; at most 256 are accepted")
     assert server.request("GET", "/healthz") == (200, {"status": "ok"})
+
+
+HOSTILE = ("escaped quotes 1 MB", "lone surrogate in field name", "duplicate keys",
+           "chunked over the limit", "bad chunk size", "both Content-Length and chunked",
+           "URL of 10 KB", "200 headers", "header of 20 KB", "malformed request line",
+           "NUL in module", "invalid UTF-8 bytes")
+
+
+def test_hostile_requests_get_json_4xx_and_no_worker_dies(server):
+    kinds = faults._kinds()
+    answers = {}
+    for name in HOSTILE:
+        status, body = faults.send(server.port, kinds[name]())
+        answers[name] = (status, json.loads(body)["code"])
+    assert answers == {
+        "escaped quotes 1 MB": (400, 400), "lone surrogate in field name": (400, 400),
+        "duplicate keys": (400, 400), "chunked over the limit": (413, 413),
+        "bad chunk size": (400, 400), "both Content-Length and chunked": (400, 400),
+        "URL of 10 KB": (414, 414), "200 headers": (431, 431), "header of 20 KB": (431, 431),
+        "malformed request line": (400, 400), "NUL in module": (400, 400),
+        "invalid UTF-8 bytes": (400, 400)}
+    assert faults.worker_boots(server.log.read_text()) == 2
+
+
+def test_slow_clients_get_408_and_do_not_stall_health_checks(server):
+    # Before: two clients that stopped half way held both sync workers for 60 s.
+    probe = faults.HealthProbe(server.port, every=0.05)
+    probe.start()
+    started = time.monotonic()
+    slow = faults.slow_clients(server.port, 8, wait_s=30)
+    waited = time.monotonic() - started
+    health = probe.stop()
+    assert slow["answers"] == {"408": 8} and slow["json_error_bodies"] == 8
+    assert READ_TIMEOUT <= waited < READ_TIMEOUT + 5
+    assert health["failures"] == 0 and health["count"] >= 10
+    assert health["max_ms"] < 1000
 
 
 def test_samples_and_retrain_across_workers(server):
