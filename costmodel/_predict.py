@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from costmodel.features import MODEL_FEATURES, Features, from_stablehlo, normalize_target
@@ -19,7 +22,13 @@ def _fmt_seconds(s: float) -> str:
     return f"{s / 60:.1f} min"
 
 
+def _where(backend: str, target: str) -> str:
+    return backend + (f"/{target}" if target else "")
+
+
 def _fmt_bytes(b: float) -> str:
+    if math.isnan(b):
+        return "unknown"
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if b >= size:
             return f"{b / size:.3g} {unit}"
@@ -50,7 +59,7 @@ class Prediction:
 
     def __repr__(self) -> str:
         lo, hi = self.compile_seconds_interval
-        where = self.backend + (f"/{self.target}" if self.target else "")
+        where = _where(self.backend, self.target)
         return (f"Prediction(compile ≈ {_fmt_seconds(self.compile_seconds)} "
                 f"({_fmt_seconds(lo)}-{_fmt_seconds(hi)}), host memory ≈ "
                 f"{_fmt_bytes(self.peak_memory_bytes)}, {where})")
@@ -97,21 +106,56 @@ def _calibration_scale() -> float:
     return float(load_calibration())
 
 
+def load_model(model):
+    """An `Artifact` from what `model=` takes: None (the shipped default, chosen later by
+    backend and target), an `Artifact`, or the folder of one (`costmodel train --out`)."""
+    if model is None or not isinstance(model, (str, os.PathLike)):
+        return model
+    path = Path(model).expanduser().resolve()
+    manifest = path / "manifest.json"
+    if not manifest.is_file():
+        raise FileNotFoundError(f"no model artifact at {model} (expected {manifest})")
+    # reloaded when retrained in place: the manifest is rewritten on every save
+    return _load_model(str(path), manifest.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_model(path: str, _mtime_ns: int):
+    from costmodel.models import load
+
+    return load(path)
+
+
+def model_placement(model, backend: str | None, target: str | None) -> tuple[str | None, str | None]:
+    """(backend, target) to predict for: as given, else the model's own when one is given."""
+    if model is None or backend is not None or target is not None:
+        return backend, target
+    artifact = load_model(model)
+    return artifact.backend, artifact.target
+
+
 def predict_features(features: Features, model=None) -> Prediction:
     """Predict from already extracted features (what the HTTP API does with StableHLO).
 
-    `model` is a `costmodel.models.Artifact`; by default the shipped model for the
-    features' backend and target. Raises `costmodel.models.ArtifactError` when no
-    usable model exists.
+    `model` is a `costmodel.models.Artifact` or its folder; by default the shipped model
+    for the features' backend and target. A model trained without some target (its rows
+    lacked that label) predicts NaN there. Raises `costmodel.models.ArtifactError` when
+    no usable model exists, ValueError when the model is for another backend or target.
     """
     from costmodel.models import load_default
 
-    artifact = model or load_default(features.backend, features.target)
+    artifact = load_model(model) or load_default(features.backend, features.target)
+    if (artifact.backend, artifact.target) != (features.backend, features.target):
+        raise ValueError(
+            f"model {artifact.path} predicts for {_where(artifact.backend, artifact.target)}, "
+            f"not {_where(features.backend, features.target)}")
     out = artifact.predict([features.model_inputs()])
     scale = _calibration_scale()
 
     def triple(name: str, factor: float = 1.0) -> tuple[float, tuple[float, float]]:
-        part = out[name]
+        part = out.get(name)
+        if part is None:  # the model was trained without this target
+            return math.nan, (math.nan, math.nan)
         return (float(part["point"][0]) * factor,
                 (float(part["lo"][0]) * factor, float(part["hi"][0]) * factor))
 
@@ -141,7 +185,9 @@ def predict(f, *args: Any, backend: str | None = None, target: str | None = None
         *args: arrays or `jax.ShapeDtypeStruct`s, as `jax.jit(f).lower` takes them.
         backend: "cpu" or "gpu" (default: JAX's default backend here).
         target: GPU target ("h100", "a100", "h200"); default "h100" for gpu.
-        model: a `costmodel.models.Artifact` to use instead of the shipped default.
+        model: a model to use instead of the shipped default: a `costmodel.models.Artifact`
+            or the folder `costmodel train --out` wrote. Backend and target then default
+            to the model's.
 
     The prediction's `features` hold the model inputs (StableHLO); jaxpr features are NaN
     there, as the model does not read them (`costmodel.features.extract` computes all).
@@ -150,5 +196,6 @@ def predict(f, *args: Any, backend: str | None = None, target: str | None = None
         >>> p = costmodel.predict(lambda x: jnp.sin(x) @ x, jnp.ones((512, 512)))
         >>> print(p)   # Prediction(compile ≈ ..., host memory ≈ ..., cpu)
     """
+    backend, target = model_placement(model, backend, target)
     features, _ = features_of(f, args, kwargs, backend, target, jaxpr=False)
     return predict_features(features, model=model)

@@ -29,6 +29,11 @@ from .estimator import (
 if TYPE_CHECKING:
     from costmodel.models import Artifact
 
+# Fewest rows with a label that a target is fitted on (a power law needs two points).
+# Recorded compiles and stored samples often lack some labels: each target trains on the
+# rows that have it, and a target below this is left out of the model.
+MIN_LABELLED_ROWS = 2
+
 
 def normalized_seconds(rows: pd.DataFrame) -> tuple[np.ndarray, float]:
     """Compile seconds of dataset rows as if measured at the median reference time, and the
@@ -79,6 +84,25 @@ def labels(rows: pd.DataFrame) -> dict[str, np.ndarray]:
             for t in TARGETS if t in rows.columns}
 
 
+def usable_labels(target: str, values: np.ndarray) -> np.ndarray:
+    """Which values can train `target`: finite and not negative (compile time positive)."""
+    keep = np.isfinite(values) & (values >= 0)
+    return keep & (values > 0) if target == "compile_seconds" else keep
+
+
+def label_counts(rows: pd.DataFrame) -> dict[str, int]:
+    """Rows with a usable label, per target (0 where the column is missing)."""
+    present = labels(rows)
+    return {t: int(usable_labels(t, present[t]).sum()) if t in present else 0
+            for t in TARGETS}
+
+
+def untrainable_targets(rows: pd.DataFrame) -> dict[str, int]:
+    """Targets with fewer than `MIN_LABELLED_ROWS` usable labels, and how many they have:
+    what `train` leaves out of the model."""
+    return {t: n for t, n in label_counts(rows).items() if n < MIN_LABELLED_ROWS}
+
+
 def model_params(backend: str, params: dict | None = None) -> dict:
     """`CompileCostModel` arguments for `backend`: its own size terms, then `params`."""
     return {**BACKEND_TERMS.get(backend, {}), **(params or {})}
@@ -87,28 +111,40 @@ def model_params(backend: str, params: dict | None = None) -> dict:
 def train(data: pd.DataFrame, backend: str, target: str = "", **params) -> CompileCostModel:
     """Fit a `CompileCostModel` on the ok rows of `data` for one backend and target.
 
+    Each target trains on the rows that have its label; targets with too few such rows
+    are left out (`untrainable_targets` names them). Compile time cannot be left out.
+
     Example:
         >>> model = train(dataset.load("training/data/cpu/rows.parquet"), "cpu", "")
     """
     rows = select_rows(data, backend, target)
     if len(rows) == 0:
         raise ValueError(f"no ok rows for backend={backend!r} target={target!r}")
-    reference = rows["ref_seconds"].to_numpy(float) if "ref_seconds" in rows else None
+    missing = untrainable_targets(rows)
+    if "compile_seconds" in missing:
+        raise ValueError(f"too few rows with a compile_seconds label "
+                         f"({missing['compile_seconds']}; need {MIN_LABELLED_ROWS})")
+    y = {t: v for t, v in labels(rows).items() if t not in missing}
+    reference = (pd.to_numeric(rows["ref_seconds"], errors="coerce").to_numpy(float)
+                 if "ref_seconds" in rows else None)
     model = CompileCostModel(**model_params(backend, params))
-    return model.fit(features_frame(rows), labels(rows), groups=families(rows),
-                     reference=reference)
+    return model.fit(features_frame(rows), y, groups=families(rows), reference=reference)
 
 
-def retrain(data: pd.DataFrame, backend: str, target: str, out: Path, name: str) -> Artifact:
-    """Fit, evaluate (leave-one-family-out) and save an artifact at `out`, in minutes."""
+def retrain(data: pd.DataFrame, backend: str, target: str, out: Path, name: str,
+            params: dict | None = None) -> Artifact:
+    """Fit, evaluate (leave-one-family-out) and save an artifact at `out`, in minutes.
+
+    `params` override `CompileCostModel` arguments (e.g. `max_iter`) for both.
+    """
     from costmodel.models import save
 
     from .evaluate import evaluate
 
     rows = select_rows(data, backend, target)
-    estimator = train(rows, backend, target)
+    estimator = train(rows, backend, target, **(params or {}))
     metrics = evaluate(rows, backend, target, splits=("leave_family_out",),
-                       models=("costmodel",))
+                       models=("costmodel",), params=params)
     return save(estimator, out, backend=backend, target=target, data=rows, metrics=metrics,
                 name=name)
 
