@@ -9,7 +9,8 @@ from functools import lru_cache
 from pathlib import Path
 
 # Files whose content defines how a compile is measured; their hash versions the rows.
-_HARNESS_FILES = ("harness.py", "reference.py", "child.py", "runner.py", "gpu_target.py")
+_HARNESS_FILES = ("harness.py", "reference.py", "child.py", "runner.py", "gpu_target.py",
+                  "phases.py")
 
 
 @lru_cache(maxsize=1)
