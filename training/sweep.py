@@ -59,24 +59,27 @@ class SweepSummary:
 
 
 def plan(config: SweepConfig) -> tuple[list[tuple[str, dict]], int]:
-    """Programs still to measure (shuffled so drift spreads over families), and how many
-    were skipped as already done."""
+    """Programs still to measure, and how many of the sweep's programs are done already.
+
+    The sweep's programs are the corpus (or `families`) in one fixed shuffled order, so
+    drift spreads over families; `limit` keeps the first N of that order. Rerunning the
+    same command therefore resumes the same N programs instead of adding N more.
+    """
     from costmodel._argspec import import_module_or_file
 
     for module in config.modules:
         import_module_or_file(module)
     from . import corpus
 
-    everything = corpus.programs(config.families)
+    programs = corpus.programs(config.families)
+    random.Random(config.seed).shuffle(programs)
+    if config.limit is not None:
+        programs = programs[:config.limit]
     out = Path(config.out)
     done = dataset.done_keys([out], skip_errors=config.retry_errors) if out.exists() else set()
-    todo = [(fam, params) for fam, params in everything
+    todo = [(fam, params) for fam, params in programs
             if dataset.program_key(fam, params, config.backend, config.target) not in done]
-    skipped = len(everything) - len(todo)
-    random.Random(config.seed).shuffle(todo)
-    if config.limit is not None:
-        todo = todo[:config.limit]
-    return todo, skipped
+    return todo, len(programs) - len(todo)
 
 
 def measure_program(family: str, params: dict, backend: str, target: str, timeout: float,
