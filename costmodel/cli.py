@@ -3,14 +3,155 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
+import math
+import os
 import sys
+from pathlib import Path
+
+
+class UsageError(Exception):
+    """A wrong use of the command line: reported as one line on stderr, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Shows defaults in every `--help`; a wrong argument is one line, not the usage."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _checked(kind: type, accept, what: str):
+    """An argparse type: `kind(text)`, finite and accepted (nan, inf and -1 are refused)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value) or not accept(value):
+            raise argparse.ArgumentTypeError(f"must be {what}, not {text!r}")
+        return value
+    return parse
+
+
+seconds = _checked(float, lambda v: v > 0, "a positive number of seconds")
+positive = _checked(float, lambda v: v > 0, "a positive number")
+count = _checked(int, lambda v: v >= 1, "a whole number >= 1")
+port = _checked(int, lambda v: 0 <= v <= 65535, "a port number, 0-65535")
 
 
 def _emit(data, as_json: bool, text: str = "") -> None:
     print(json.dumps(data, indent=2, default=str) if as_json else text)
 
 
+# where programs and models come from ----------------------------------------------
+def _where(backend: str, target: str) -> str:
+    return backend + (f"/{target}" if target else "")
+
+
+def shipped_models() -> list[tuple[str, str]]:
+    """(backend, target) of every model that ships with costmodel."""
+    from costmodel.features.environment import KNOWN_TARGETS
+    from costmodel.models import default_path
+
+    return [(b, t) for b, targets in KNOWN_TARGETS.items() for t in targets
+            if (default_path(b, t) / "manifest.json").is_file()]
+
+
+def _backend_and_target(backend: str | None, target: str | None) -> tuple[str, str]:
+    """Validated (backend, target): a target alone means the GPU backend."""
+    from costmodel.features import normalize_target
+
+    if target and backend == "cpu":
+        raise UsageError(f"--target {target} is a GPU target: use it with --backend gpu "
+                         "(CPU models have no target)")
+    return normalize_target(backend or ("gpu" if target else "cpu"), target)
+
+
+def _model_placement(args) -> tuple[str | None, str | None]:
+    """(backend, target) for predict and advise: as asked, else the --model's own; without
+    --model, one that has a shipped model (None, None: the local default backend)."""
+    from ._predict import load_model
+
+    if args.model:
+        artifact = load_model(args.model)
+        if args.backend is None and args.target is None:
+            return artifact.backend, artifact.target
+        asked = _backend_and_target(args.backend, args.target)
+        if asked != (artifact.backend, artifact.target):
+            raise UsageError(f"--model {args.model} predicts for "
+                             f"{_where(artifact.backend, artifact.target)}, not {_where(*asked)}")
+        return asked
+    if args.backend is None and args.target is None:
+        return None, None
+    asked = _backend_and_target(args.backend, args.target)
+    shipped = shipped_models()
+    if asked not in shipped:
+        raise UsageError(
+            f"no model ships for {_where(*asked)} (shipped: "
+            f"{', '.join(_where(*s) for s in shipped)}); measure it with `costmodel sweep "
+            f"--backend {asked[0]} --target {asked[1]}`, `costmodel train`, then pass --model")
+    return asked
+
+
+def _import(where: str):
+    from ._argspec import import_module_or_file
+
+    if os.getcwd() not in sys.path:  # `cli_prog:fn` finds ./cli_prog.py, as `python -m` does
+        sys.path.insert(0, os.getcwd())
+    try:
+        return import_module_or_file(where)
+    except (ImportError, SyntaxError) as exc:
+        raise UsageError(f"cannot import {where!r}: {exc}") from None
+
+
+def _function(ref: str):
+    from ._argspec import load_function
+
+    if ":" in ref:
+        _import(ref.rpartition(":")[0])
+    fn = load_function(ref)
+    if not callable(fn):
+        raise UsageError(f"{ref} is a {type(fn).__name__}, not a function")
+    return fn
+
+
+def _check_arguments(fn, ref: str, shapes: list) -> None:
+    """The --args must fit the function's positional parameters."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # no signature to check (a builtin): tracing will tell
+        return
+    try:
+        signature.bind(*shapes)
+    except TypeError as exc:
+        raise UsageError(f"{ref}{signature} cannot take {len(shapes)} --arg: {exc}") from None
+
+
+def _program(args):
+    from ._argspec import parse_arg
+
+    fn = _function(args.function)
+    shapes = [parse_arg(a) for a in args.arg]
+    _check_arguments(fn, args.function, shapes)
+    return fn, shapes
+
+
+def _traced(call):
+    """Run `call()`; a program that does not trace with the given --args is a wrong use."""
+    try:
+        return call()
+    except TypeError as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UsageError(f"the function does not trace with these --args: {first}") from None
+
+
+# commands ---------------------------------------------------------------------------
 def cmd_demo(args) -> int:
     from . import _demo
 
@@ -21,17 +162,13 @@ def cmd_demo(args) -> int:
     return 0
 
 
-def _program(args):
-    from ._argspec import load_function, parse_arg
-
-    return load_function(args.function), [parse_arg(a) for a in args.arg]
-
-
 def cmd_predict(args) -> int:
     from ._predict import predict
 
     fn, shapes = _program(args)
-    pred = predict(fn, *shapes, backend=args.backend, target=args.target)
+    backend, target = _model_placement(args)
+    pred = _traced(lambda: predict(fn, *shapes, backend=backend, target=target,
+                                   model=args.model))
     text = repr(pred)
     if args.explain:
         text += "\n" + "\n".join(f"  halving {name}: ×{ratio:.2f}" for name, ratio in pred.explain())
@@ -43,8 +180,9 @@ def cmd_advise(args) -> int:
     from ._advise import advise
 
     fn, shapes = _program(args)
-    advice = advise(fn, *shapes, budget_seconds=args.budget, backend=args.backend,
-                    target=args.target)
+    backend, target = _model_placement(args)
+    advice = _traced(lambda: advise(fn, *shapes, budget_seconds=args.budget, backend=backend,
+                                    target=target, model=args.model))
     _emit(advice.to_dict(), args.json, str(advice))
     return 0
 
@@ -52,8 +190,11 @@ def cmd_advise(args) -> int:
 def cmd_sweep(args) -> int:
     from costmodel.training.sweep import SweepConfig, run_sweep
 
+    backend, target = _backend_and_target(args.backend, args.target)
+    for module in args.module:
+        _import(module)
     config = SweepConfig(
-        backend=args.backend, target=args.target or ("h100" if args.backend == "gpu" else ""),
+        backend=backend, target=target,
         families=tuple(args.families) if args.families else None, out=args.out,
         budget_minutes=args.budget_minutes, workers=args.workers, timeout=args.timeout,
         memory_limit=int(args.memory_limit_gb * 2**30), limit=args.limit,
@@ -69,34 +210,57 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from pathlib import Path
-
     from costmodel.training import dataset
-    from costmodel.training.fit import retrain
+    from costmodel.training.fit import MIN_LABELLED_ROWS, retrain, select_rows, untrainable_targets
 
+    backend, target = _backend_and_target(args.backend, args.target)
     data = dataset.load(args.data)
-    artifact = retrain(data, args.backend, args.target or "", Path(args.out),
-                       name=args.name or Path(args.out).name)
-    _emit(artifact.manifest, args.json,
-          f"wrote {artifact.path} (version {artifact.version}, "
-          f"{(artifact.manifest.get('training_data') or {}).get('rows')} rows)")
+    left_out = untrainable_targets(select_rows(data, backend, target))
+    try:
+        artifact = retrain(data, backend, target, Path(args.out),
+                           name=args.name or Path(args.out).name)
+    except ValueError as exc:  # no rows for this backend, or none with a compile time
+        raise UsageError(f"cannot train on {' '.join(args.data)}: {exc}") from None
+    text = (f"wrote {artifact.path} (version {artifact.version}, "
+            f"{(artifact.manifest.get('training_data') or {}).get('rows')} rows)")
+    text += "".join(f"; not trained: {name} ({n} rows with that label, need "
+                    f"{MIN_LABELLED_ROWS}), predicted as NaN" for name, n in left_out.items())
+    _emit({**artifact.manifest, "not_trained": left_out}, args.json, text)
     return 0
 
 
+def shipped_data(backend: str, target: str) -> Path:
+    """The dataset the shipped model for (backend, target) was trained on."""
+    import costmodel.training
+
+    label = backend + (f"-{target}" if target else "")
+    return Path(costmodel.training.__file__).parent / "data" / label / "rows.parquet"
+
+
 def cmd_evaluate(args) -> int:
-    from pathlib import Path
+    from tqdm import tqdm
 
     from costmodel.training import dataset
-    from costmodel.training.evaluate import run_evaluation
+    from costmodel.training.evaluate import SPLITS, folds, run_evaluation
     from costmodel.training.fit import select_rows, train
 
-    target = args.target or ""
-    rows = select_rows(dataset.load(args.data), args.backend, target)
-    result = run_evaluation(rows, args.backend, target)
-    if args.plots:  # plots reuse the held-out predictions of the evaluation just run
-        from costmodel.training.plots import write_all
+    backend, target = _backend_and_target(args.backend, args.target)
+    paths = args.data or [shipped_data(backend, target)]
+    rows = select_rows(dataset.load(paths), backend, target)
+    if len(rows) == 0:
+        raise UsageError(f"no ok rows for {_where(backend, target)} in {', '.join(map(str, paths))}")
+    total = sum(len(folds(rows, split)) for split in SPLITS) + bool(args.plots)
+    with tqdm(total=total, unit="fold", desc=f"evaluate {_where(backend, target)}") as bar:
+        def done(fold: str) -> None:
+            bar.set_postfix_str(fold, refresh=False)
+            bar.update()
 
-        write_all(result.predictions, rows, train(rows, args.backend, target), Path(args.plots))
+        result = run_evaluation(rows, backend, target, progress=done)
+        if args.plots:  # plots reuse the held-out predictions of the evaluation just run
+            from costmodel.training.plots import write_all
+
+            write_all(result.predictions, rows, train(rows, backend, target), Path(args.plots))
+            done("plots")
     _emit(result.report, args.json, json.dumps(result.report, indent=2))
     return 0
 
@@ -109,10 +273,26 @@ def cmd_calibrate(args) -> int:
     return 0
 
 
+def served_models(paths: list[str]) -> dict[tuple[str, str], Path] | None:
+    """`MODEL_PATHS` for the service: the shipped models, replaced by each --model for the
+    backend and target its manifest names (None: no --model, the shipped ones)."""
+    from costmodel.models import default_path, verify
+
+    if not paths:
+        return None
+    models = {key: default_path(*key) for key in shipped_models()}
+    for path in paths:
+        manifest = verify(path)  # checked without unpickling, before any worker starts
+        models[(manifest["backend"], manifest["target"])] = Path(path)
+    return models
+
+
 def cmd_serve(args) -> int:
     from costmodel.api.serve import serve
 
-    serve(host=args.host, port=args.port, workers=args.workers)
+    models = served_models(args.model)
+    serve(host=args.host, port=args.port, workers=args.workers,
+          config=None if models is None else {"MODEL_PATHS": models})
     return 0
 
 
@@ -125,8 +305,15 @@ def cmd_export(args) -> int:
     return 0
 
 
+# the parser -------------------------------------------------------------------------
+def _gpu_targets_help(targets) -> str:
+    return f"GPU target, implies --backend gpu: {', '.join(targets)}"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="costmodel", description=__doc__)
+    from costmodel.features.environment import KNOWN_TARGETS
+
+    parser = _Parser(prog="costmodel", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name, func, help_text):
@@ -135,63 +322,82 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    def target_args(p, default_backend=None):
-        p.add_argument("--backend", default=default_backend, choices=["cpu", "gpu"])
-        p.add_argument("--target", default=None, help="GPU target: h100, a100, h200")
+    def measuring_target(p):  # any target costmodel can compile for
+        p.add_argument("--backend", default=None, choices=["cpu", "gpu"],
+                       help="backend (default: gpu with --target, else cpu)")
+        p.add_argument("--target", default=None, help=_gpu_targets_help(KNOWN_TARGETS["gpu"]))
 
     p = add("demo", cmd_demo, "predict, advise and compile a few example programs")
     p.add_argument("--no-compile", action="store_true", help="predict only")
-    p.add_argument("--budget", type=float, default=5.0, help="compile budget in seconds")
+    p.add_argument("--budget", type=seconds, default=5.0, help="compile budget in seconds")
 
+    shipped_gpu = [t for b, t in shipped_models() if b == "gpu"]
     for name, func, help_text in (("predict", cmd_predict, "predict compile time and memory"),
                                   ("advise", cmd_advise, "should I split this jit?")):
         p = add(name, func, help_text)
-        p.add_argument("function", help="FILE.py:FUNC or module:FUNC")
+        p.add_argument("function", help="FILE.py:FUNC or module:FUNC (modules in the "
+                                        "current folder are found)")
         p.add_argument("--arg", action="append", default=[],
                        help="an argument as DTYPE[dims], e.g. f32[1024,1024]; repeat per arg")
-        target_args(p)
+        p.add_argument("--backend", default=None, choices=["cpu", "gpu"],
+                       help="backend (default: the --model's, gpu with --target, else JAX's "
+                            "default here)")
+        p.add_argument("--target", default=None,
+                       help=_gpu_targets_help(shipped_gpu) + " (others need --model)")
+        p.add_argument("--model", default=None,
+                       help="model folder written by `costmodel train --out` (default: the "
+                            "shipped model)")
         if name == "predict":
             p.add_argument("--explain", action="store_true", help="features driving it")
         else:
-            p.add_argument("--budget", type=float, default=10.0, help="budget in seconds")
+            p.add_argument("--budget", type=seconds, default=10.0, help="budget in seconds")
 
     p = add("sweep", cmd_sweep, "measure real compiles of the program corpus (resumable)")
-    p.add_argument("--backend", default="cpu", choices=["cpu", "gpu"])
-    p.add_argument("--target", default="", help="GPU target for --backend gpu (default h100)")
+    measuring_target(p)
     p.add_argument("--families", nargs="*", help="families to measure (default: all)")
     p.add_argument("--out", required=True, help="folder of JSON-lines shards")
-    p.add_argument("--budget-minutes", type=float, default=None)
-    p.add_argument("--workers", type=int, default=1,
+    p.add_argument("--budget-minutes", type=positive, default=None,
+                   help="stop starting programs after this many minutes")
+    p.add_argument("--workers", type=count, default=1,
                    help="concurrent measurements (1 keeps timings clean on 2 cores)")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds per program")
-    p.add_argument("--memory-limit-gb", type=float, default=12.0)
-    p.add_argument("--limit", type=int, default=None, help="measure at most N programs")
+    p.add_argument("--timeout", type=seconds, default=300.0, help="seconds per program")
+    p.add_argument("--memory-limit-gb", type=positive, default=12.0,
+                   help="a measurement past this RSS is killed and recorded as oom")
+    p.add_argument("--limit", type=count, default=None,
+                   help="the sweep's first N programs (of its fixed order); rerunning "
+                        "resumes them")
     p.add_argument("--module", action="append", default=[],
                    help="import this module first (registers your own families)")
     p.add_argument("--dask", default=None, help="dask.distributed scheduler address")
     p.add_argument("--retry-errors", action="store_true", help="re-measure error rows")
 
     p = add("train", cmd_train, "fit a model from dataset files and write an artifact")
-    p.add_argument("--data", nargs="+", required=True, help="dataset files or folders")
+    p.add_argument("--data", nargs="+", required=True,
+                   help="dataset files or folders (sweeps, `costmodel.record` files)")
     p.add_argument("--out", required=True, help="artifact folder, e.g. models/mine")
-    p.add_argument("--name", default=None)
-    target_args(p, "cpu")
+    p.add_argument("--name", default=None, help="model name (default: the --out folder's)")
+    measuring_target(p)
 
     p = add("evaluate", cmd_evaluate, "leave-one-family-out and extrapolation evaluation")
-    p.add_argument("--data", nargs="+", required=True)
+    p.add_argument("--data", nargs="+", default=None,
+                   help="dataset files or folders (default: the shipped data of the backend "
+                        "and target)")
     p.add_argument("--plots", default=None, help="folder for PNG plots")
-    target_args(p, "cpu")
+    measuring_target(p)
 
     add("calibrate", cmd_calibrate, "measure this machine's speed against the model's")
 
     p = add("serve", cmd_serve, "run the HTTP API under gunicorn")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind")
+    p.add_argument("--port", type=port, default=8000, help="TCP port (0: any free one)")
+    p.add_argument("--workers", type=count, default=2, help="gunicorn worker processes")
+    p.add_argument("--model", action="append", default=[],
+                   help="serve this model folder for the backend and target it was trained "
+                        "for, instead of the shipped one; repeat per model")
 
     p = add("export", cmd_export, "compact dataset shards into one parquet file")
-    p.add_argument("--data", nargs="+", required=True)
-    p.add_argument("--out", required=True)
+    p.add_argument("--data", nargs="+", required=True, help="dataset files or folders")
+    p.add_argument("--out", required=True, help="parquet file to write")
     return parser
 
 
@@ -199,11 +405,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from costmodel._argspec import ArgSpecError
     from costmodel.features import StableHLOParseError, UnknownTargetError
+    from costmodel.models import ArtifactError
 
     try:
         return args.func(args)
-    except (ArgSpecError, UnknownTargetError, StableHLOParseError, FileNotFoundError) as exc:
-        print(f"costmodel {args.command}: {exc}", file=sys.stderr)
+    except (UsageError, ArgSpecError, UnknownTargetError, StableHLOParseError, ArtifactError,
+            FileNotFoundError) as exc:
+        message = " ".join(str(exc).split())  # one line, whatever the message held
+        print(f"costmodel {args.command}: {message}", file=sys.stderr)
         return 2
 
 

@@ -1,12 +1,18 @@
 """The command line: argument specs and errors (prediction commands need the model)."""
 
 import json
+import shutil
+import sys
 
 import jax.numpy as jnp
+import pandas as pd
 import pytest
 
 from costmodel import cli
 from costmodel._argspec import ArgSpecError, load_function, parse_arg
+from costmodel.models import default_path, load
+
+SHIPPED_CPU = cli.shipped_data("cpu", "")
 
 
 def test_parse_arg_specs():
@@ -49,3 +55,135 @@ def test_every_command_has_help():
         with pytest.raises(SystemExit) as info:
             parser.parse_args([name, "--help"])
         assert info.value.code == 0
+
+
+# wrong uses: one line on stderr, exit status 2, never a traceback -------------------
+def wrong_use(capsys, argv) -> str:
+    """Run the command line; it must fail as a wrong use. Returns what it said."""
+    try:
+        code = cli.main(argv)
+    except SystemExit as exc:  # argparse refuses before any command runs
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.endswith("\n") and "Traceback" not in err, err
+    return err
+
+
+@pytest.fixture
+def prog(tmp_path, monkeypatch):
+    """`cli_prog.py` in the current folder, found as module `cli_prog` (sys.path restored)."""
+    (tmp_path / "cli_prog.py").write_text(
+        "import jax.numpy as jnp\nscale = 2.0\n"
+        "def fn(x, w):\n    return jnp.tanh(x @ w) * scale\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    sys.modules.pop("cli_prog", None)
+    yield "cli_prog"
+    sys.modules.pop("cli_prog", None)
+
+
+ARGS = ["--arg", "f32[8,16]", "--arg", "f32[16,16]"]
+
+
+def test_a_module_in_the_current_folder_is_found(prog, capsys):
+    assert cli.main(["predict", f"{prog}:fn", *ARGS, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["compile_seconds"] > 0
+    assert cli.main(["predict", f"{prog}.py:fn", *ARGS, "--json"]) == 0
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["predict", "no_such_module_xyz:fn"], "cannot import 'no_such_module_xyz'"),
+    (["predict", "cli_prog:missing"], "has no attribute 'missing'"),
+    (["predict", "cli_prog:scale"], "cli_prog:scale is a float, not a function"),
+    (["predict", "cli_prog:fn", "--arg", "f32[8,16]"], "cannot take 1 --arg"),
+    (["advise", "cli_prog:fn", *ARGS, "--arg", "f32[3]"], "cannot take 3 --arg"),
+    (["predict", "cli_prog:fn", "--arg", "f32[8,16]", "--arg", "f32[9,9]"],
+     "does not trace with these --args"),
+    (["predict", "cli_prog:fn", *ARGS, "--target", "a100"], "no model ships for gpu/a100"),
+    (["predict", "cli_prog:fn", *ARGS, "--target", "h200"], "no model ships for gpu/h200"),
+    (["predict", "cli_prog:fn", *ARGS, "--target", "v100"], "unknown target 'v100'"),
+    (["predict", "cli_prog:fn", *ARGS, "--backend", "cpu", "--target", "h100"],
+     "--target h100 is a GPU target: use it with --backend gpu"),
+    (["sweep", "--out", "x", "--backend", "cpu", "--target", "h100"], "is a GPU target"),
+    (["advise", "cli_prog:fn", *ARGS, "--budget", "-1"], "must be a positive number"),
+    (["advise", "cli_prog:fn", *ARGS, "--budget", "nan"], "not 'nan'"),
+    (["advise", "cli_prog:fn", *ARGS, "--budget", "inf"], "not 'inf'"),
+    (["demo", "--budget", "0"], "must be a positive number of seconds"),
+    (["sweep", "--out", "x", "--limit", "0"], "must be a whole number >= 1"),
+    (["sweep", "--out", "x", "--timeout", "-5"], "argument --timeout"),
+    (["serve", "--port", "70000"], "must be a port number"),
+    (["predict", "cli_prog:fn", *ARGS, "--model", "no/such/model"], "no model artifact"),
+    (["predict", "cli_prog:fn", *ARGS, "--model", str(default_path("cpu")), "--backend", "gpu"],
+     "predicts for cpu, not gpu/h100"),
+    (["train", "--data", "no/such/rows.parquet", "--out", "m"], "no dataset file"),
+    (["predict"], "the following arguments are required: function"),
+])
+def test_every_wrong_use_is_one_line_and_exit_2(prog, capsys, argv, said):
+    assert said in wrong_use(capsys, argv)
+
+
+def test_a_target_alone_means_the_gpu_backend(prog, capsys):
+    assert cli.main(["predict", f"{prog}:fn", *ARGS, "--target", "h100", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["backend"], out["target"]) == ("gpu", "h100")
+
+
+def test_target_help_offers_only_shipped_models():
+    help_text = cli.build_parser()._subparsers._group_actions[0].choices["predict"].format_help()
+    assert "h100" in help_text and "a100" not in help_text and "h200" not in help_text
+
+
+def test_every_help_shows_the_defaults():
+    commands = cli.build_parser()._subparsers._group_actions[0].choices
+    assert len(commands) == 9
+    for name, parser in commands.items():
+        text = " ".join(parser.format_help().split())
+        for action in parser._actions:
+            if action.option_strings and action.dest != "help" and not action.required:
+                assert f"(default: {action.default})" in text, (name, action.dest)
+    advise = " ".join(commands["advise"].format_help().split())
+    assert "budget in seconds (default: 10.0)" in advise
+
+
+# --model -------------------------------------------------------------------------
+def test_model_flag_predicts_with_that_model_and_its_backend(prog, capsys):
+    gpu = default_path("gpu", "h100")
+    assert cli.main(["predict", f"{prog}:fn", *ARGS, "--model", str(gpu), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["backend"], out["target"]) == ("gpu", "h100")
+    assert out["model_version"] == load(gpu).version
+    assert cli.main(["advise", f"{prog}:fn", *ARGS, "--model", str(gpu), "--json"]) == 0
+    advice = json.loads(capsys.readouterr().out)
+    assert advice["prediction"]["model_version"] == load(gpu).version
+
+
+def test_serve_passes_each_model_for_its_backend(monkeypatch, tmp_path):
+    import importlib
+
+    seen = {}
+    serving = importlib.import_module("costmodel.api.serve")  # the package exports the function
+    monkeypatch.setattr(serving, "serve", lambda **kw: seen.update(kw))
+    mine = tmp_path / "mine"
+    shutil.copytree(default_path("cpu"), mine)
+    assert cli.main(["serve", "--port", "0", "--model", str(mine)]) == 0
+    assert seen["config"]["MODEL_PATHS"] == {("cpu", ""): mine,
+                                             ("gpu", "h100"): default_path("gpu", "h100")}
+    assert cli.main(["serve", "--port", "0"]) == 0 and seen["config"] is None
+
+
+# evaluate ------------------------------------------------------------------------
+def test_evaluate_defaults_to_the_shipped_data_and_shows_progress(monkeypatch, capsys):
+    from costmodel.training import evaluate
+
+    def fake(rows, backend, target, progress):  # the real one takes minutes on this data
+        assert (len(rows), backend, target) == (len(pd.read_parquet(SHIPPED_CPU)), "cpu", "")
+        for fold in evaluate.folds(rows, "leave_family_out"):
+            progress(fold[0])
+        return evaluate.Evaluation(report={"n": len(rows)}, predictions=None)
+
+    monkeypatch.setattr(evaluate, "run_evaluation", fake)
+    assert cli.main(["evaluate", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == {"n": len(pd.read_parquet(SHIPPED_CPU))}
+    assert "evaluate cpu" in captured.err and "32/33" in captured.err

@@ -170,17 +170,21 @@ def _fold_predictions(table: _Table, train: np.ndarray, test: np.ndarray,
 
 
 def predictions(rows: pd.DataFrame, split: str, models: Sequence[str] = MODELS,
-                params: dict | None = None, table: _Table | None = None) -> pd.DataFrame:
+                params: dict | None = None, table: _Table | None = None,
+                progress: Callable[[str], None] | None = None) -> pd.DataFrame:
     """Held-out predictions of every model on every fold of `split`, one row per program.
 
     `actual` is what models are scored against (compile seconds at the median reference
-    time), `measured` the label as measured.
+    time), `measured` the label as measured. `progress` is called with each fold's name
+    once it is done.
     """
     table = table or _Table.of(rows)
     frames = []
-    for _, train, test in folds(rows, split):
+    for name, train, test in folds(rows, split):
         frames += [pd.DataFrame(f) for f in _fold_predictions(table, train, test, models,
                                                                params or {})]
+        if progress is not None:
+            progress(name)
     columns = ["row", "family", "target", "model", "actual", "measured", "point", "lo", "hi"]
     result = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
     result.insert(0, "split", split)
@@ -200,13 +204,15 @@ def score(pred: pd.DataFrame) -> dict:
 
 def run_evaluation(data: pd.DataFrame, backend: str, target: str = "", *,
                    splits: Sequence[str] = SPLITS, models: Sequence[str] = MODELS,
-                   params: dict | None = None) -> Evaluation:
-    """Evaluate every model on every split for one backend/target (see `evaluate`)."""
+                   params: dict | None = None,
+                   progress: Callable[[str], None] | None = None) -> Evaluation:
+    """Evaluate every model on every split for one backend/target (see `evaluate`);
+    `progress` is called after each fold (see `predictions`)."""
     rows = select_rows(data, backend, target)
     label = backend_label(backend, target)
     table = _Table.of(rows)
     params = model_params(backend, params)
-    frames = [predictions(rows, split, models, params, table) for split in splits]
+    frames = [predictions(rows, split, models, params, table, progress) for split in splits]
     preds = pd.concat(frames, ignore_index=True)
     report: dict = {}
     for split in splits:
