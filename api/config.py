@@ -15,6 +15,7 @@ from costmodel.features import normalize_target
 ENV = {
     "SAMPLES_DB": "COSTMODEL_SAMPLES_DB",
     "RETRAIN_TOKEN": "COSTMODEL_RETRAIN_TOKEN",
+    "SAMPLES_TOKEN": "COSTMODEL_SAMPLES_TOKEN",
     "RETRAIN_DIR": "COSTMODEL_RETRAIN_DIR",
 }
 _CACHE = Path("~/.cache/costmodel")
@@ -32,12 +33,14 @@ def defaults() -> dict[str, Any]:
         "MODEL_PATHS": None,            # {(backend, target): folder}; None: the shipped models
         "SAMPLES_DB": _CACHE / "samples.sqlite3",
         "RETRAIN_TOKEN": None,          # None: retraining over HTTP is off
+        "SAMPLES_TOKEN": None,          # None: storing and reading samples over HTTP is off
         "RETRAIN_DIR": None,            # None: a `models` folder beside SAMPLES_DB
         "TRAINING_DATA": [_training_data_dir()],
         "MAX_CONTENT_LENGTH": 8 * 2**20,
         "MAX_BATCH": 256,
         "HOLDOUT_FRACTION": 0.2,
         "RETRAIN_MIN_ROWS": 20,
+        "RETRAIN_PARAMS": {},           # CompileCostModel arguments of a retrain's candidate
         "MODEL_SYNC_SECONDS": 2.0,      # how often a worker looks for models promoted elsewhere
     }
 
@@ -64,11 +67,13 @@ def load_config(config: Mapping[str, Any] | None = None,
     retrain_dir = merged["RETRAIN_DIR"] or merged["SAMPLES_DB"].parent / "models"
     merged["RETRAIN_DIR"] = Path(retrain_dir).expanduser()
     merged["TRAINING_DATA"] = [Path(p).expanduser() for p in _as_list(merged["TRAINING_DATA"])]
-    token = merged["RETRAIN_TOKEN"]
-    if token is not None and (not isinstance(token, str) or not token.strip()):
-        raise ValueError(
-            "RETRAIN_TOKEN must be a non-empty string (or unset to turn retraining off)")
-    merged["RETRAIN_TOKEN"] = token or None
+    for key in ("RETRAIN_TOKEN", "SAMPLES_TOKEN"):
+        merged[key] = _token(key, merged[key])
+    if merged["SAMPLES_TOKEN"] is not None and merged["SAMPLES_TOKEN"] == merged["RETRAIN_TOKEN"]:
+        # Whoever may send samples must not thereby be able to start a retrain.
+        raise ValueError("SAMPLES_TOKEN must differ from RETRAIN_TOKEN")
+    if not isinstance(merged["RETRAIN_PARAMS"], Mapping):
+        raise ValueError("RETRAIN_PARAMS must map CompileCostModel arguments to values")
     for key in ("MAX_CONTENT_LENGTH", "MAX_BATCH", "RETRAIN_MIN_ROWS"):
         if not isinstance(merged[key], int) or isinstance(merged[key], bool) or merged[key] < 1:
             raise ValueError(f"{key} must be a positive integer, not {merged[key]!r}")
@@ -79,6 +84,12 @@ def load_config(config: Mapping[str, Any] | None = None,
     if merged["MODEL_PATHS"] is not None:
         merged["MODEL_PATHS"] = _model_paths(merged["MODEL_PATHS"])
     return merged
+
+
+def _token(key: str, token: Any) -> str | None:
+    if token is not None and (not isinstance(token, str) or not token.strip()):
+        raise ValueError(f"{key} must be a non-empty string (or unset to turn its routes off)")
+    return token or None
 
 
 def _as_list(value: Any) -> list:

@@ -13,7 +13,20 @@ from flask import Blueprint
 import costmodel
 from costmodel.features import ALL_FEATURES, KNOWN_TARGETS, MODEL_FEATURES
 
-from .samples import MAX_COMPILE_SECONDS, MAX_ENVIRONMENT_KEYS
+from .predict import MAX_BUDGET_SECONDS
+from .samples import (
+    MAX_COMPILE_SECONDS,
+    MAX_CPU_COUNT,
+    MAX_ENVIRONMENT_KEYS,
+    MAX_KEY_LENGTH,
+    MAX_REF_SECONDS,
+    MAX_SAMPLE_FEATURE,
+    MAX_STRING_LENGTH,
+    MIN_COMPILE_SECONDS,
+    MIN_REF_SECONDS,
+    ROW_ENVIRONMENT,
+    max_sample_bytes,
+)
 from .validation import MAX_FEATURE_VALUE
 
 bp = Blueprint("openapi", __name__)
@@ -22,7 +35,7 @@ _REF = "#/components/schemas/"
 _ERRORS = {
     400: "Malformed JSON, or a missing, unknown or wrongly typed field (named in the description)",
     401: "Missing or wrong bearer token",
-    403: "Retraining over HTTP is disabled on this server",
+    403: "These routes are disabled on this server (their token is not configured)",
     404: "No such resource",
     409: "A retrain job is already running",
     413: "Request body larger than MAX_CONTENT_LENGTH",
@@ -70,6 +83,29 @@ def _interval() -> dict[str, Any]:
     return {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2}
 
 
+def _sample_labels() -> dict[str, Any]:
+    """The labels of a sample, with the physical ranges `api.samples` checks."""
+    memory = {"type": "number", "minimum": 0, "maximum": max_sample_bytes(), "nullable": True}
+    return {"compile_seconds": {"type": "number", "minimum": MIN_COMPILE_SECONDS,
+                                "maximum": MAX_COMPILE_SECONDS},
+            "peak_rss_bytes": memory, "executable_memory_bytes": memory}
+
+
+def _environment() -> dict[str, Any]:
+    string = {"type": "string", "maxLength": MAX_STRING_LENGTH}
+    known = {name: string for name in ROW_ENVIRONMENT}
+    known["cpu_count"] = {"type": "integer", "minimum": 1, "maximum": MAX_CPU_COUNT}
+    known["ref_seconds"] = {"type": "number", "minimum": MIN_REF_SECONDS,
+                            "maximum": MAX_REF_SECONDS,
+                            "description": "seconds the reference program took to compile"}
+    return {"type": "object", "nullable": True, "maxProperties": MAX_ENVIRONMENT_KEYS,
+            "description": f"Where it was measured; field names at most {MAX_KEY_LENGTH} "
+                           f"characters",
+            "properties": known,
+            "additionalProperties": {"nullable": True, "oneOf": [
+                string, {"type": "number"}, {"type": "boolean"}]}}
+
+
 def _schemas() -> dict[str, Any]:
     targets = sorted({t for ts in KNOWN_TARGETS.values() for t in ts})
     program = {
@@ -88,10 +124,7 @@ def _schemas() -> dict[str, Any]:
         "compile_seconds", "peak_memory_bytes", "executable_memory_bytes")})
     prediction.update({name: {"type": "string"} for name in ("backend", "target",
                                                              "model_version")})
-    labels = {"compile_seconds": {"type": "number", "minimum": 0, "exclusiveMinimum": True,
-                                  "maximum": MAX_COMPILE_SECONDS},
-              "peak_rss_bytes": _count(nullable=True),
-              "executable_memory_bytes": _count(nullable=True)}
+    labels = _sample_labels()
     return {
         "Error": {"type": "object", "required": ["code", "name", "description"],
                   "properties": {"code": {"type": "integer"}, "name": {"type": "string"},
@@ -114,7 +147,7 @@ def _schemas() -> dict[str, Any]:
             "type": "object", "additionalProperties": False, "oneOf": one_program,
             "properties": {**program, "budget_seconds": {
                 "type": "number", "minimum": 0, "exclusiveMinimum": True,
-                "maximum": MAX_COMPILE_SECONDS, "nullable": True,
+                "maximum": MAX_BUDGET_SECONDS, "nullable": True,
                 "description": "default 10"}}},
         "Advice": {"type": "object",
                    "required": ["split", "reason", "alternatives", "prediction"],
@@ -132,10 +165,10 @@ def _schemas() -> dict[str, Any]:
         "SampleRequest": {
             "type": "object", "additionalProperties": False, "oneOf": one_program,
             "required": ["compile_seconds"],
-            "properties": {**program, **labels, "environment": {
-                "type": "object", "nullable": True, "maxProperties": MAX_ENVIRONMENT_KEYS,
-                "additionalProperties": {"nullable": True, "oneOf": [
-                    {"type": "string"}, {"type": "number"}, {"type": "boolean"}]}}}},
+            "description": f"A measured compile. Feature values are at most "
+                           f"{MAX_SAMPLE_FEATURE:g}; bytes at most this host's memory "
+                           f"times 16.",
+            "properties": {**program, **labels, "environment": _environment()}},
         "SampleCreated": {"type": "object", "required": ["id", "backend", "target"],
                           "properties": {"id": {"type": "string"},
                                          "backend": {"type": "string"},
@@ -197,10 +230,12 @@ def document() -> dict[str, Any]:
                 "Should this program be split?", (200, "Advice", "Advice"),
                 program_errors, body="AdviseRequest")},
             "/v1/samples": {"post": _operation(
-                "Store a measured compile", (201, "SampleCreated", "Stored"),
-                (400, 413, 415), body="SampleRequest")},
+                "Store a measured compile (bearer token from COSTMODEL_SAMPLES_TOKEN)",
+                (201, "SampleCreated", "Stored"), (400, 401, 403, 413, 415),
+                body="SampleRequest", secured=True)},
             "/v1/samples/{sample_id}": {"get": _operation(
-                "A stored sample", (200, "Sample", "The sample"), (404,),
+                "A stored sample (bearer token from COSTMODEL_SAMPLES_TOKEN)",
+                (200, "Sample", "The sample"), (401, 403, 404), secured=True,
                 parameter="sample_id")},
             "/v1/retrain": {"post": _operation(
                 "Start a retrain job", (202, "RetrainAccepted", "Job queued"),

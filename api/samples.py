@@ -10,15 +10,17 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pandas as pd
+import psutil
 from flask import Blueprint, current_app, url_for
 from werkzeug.exceptions import NotFound
 
 from costmodel.features import ALL_FEATURES, Features
 from costmodel.training import dataset
 
+from .auth import require_token
 from .db import Database
 from .errors import ValidationError, json_object, json_type
-from .validation import PROGRAM_FIELDS, number, program_features, reject_unknown
+from .validation import PROGRAM_FIELDS, checked_number, number, program_features, reject_unknown
 
 LABEL_FIELDS = ("compile_seconds", "peak_rss_bytes", "executable_memory_bytes")
 SAMPLE_FIELDS = (*PROGRAM_FIELDS, *LABEL_FIELDS, "environment")
@@ -27,7 +29,19 @@ SAMPLE_FIELDS = (*PROGRAM_FIELDS, *LABEL_FIELDS, "environment")
 ROW_ENVIRONMENT = ("jax_version", "jaxlib_version", "python_version", "cpu_model", "cpu_count",
                    "hostname", "xla_flags", "harness_version", "ref_seconds")
 MAX_ENVIRONMENT_KEYS = 64
-MAX_COMPILE_SECONDS = 7 * 24 * 3600.0
+MAX_KEY_LENGTH = 64
+MAX_STRING_LENGTH = 1024          # XLA_FLAGS of real runs are a few hundred characters
+# Physical ranges of a measured compile: below 0.1 ms is no XLA compile, above a day
+# nobody waited for one. The reference program compiles in about 0.1 s on a laptop.
+MIN_COMPILE_SECONDS, MAX_COMPILE_SECONDS = 1e-4, 1e5
+MIN_REF_SECONDS, MAX_REF_SECONDS = 1e-3, 100.0
+MAX_CPU_COUNT = 4096
+# A sample may come from a bigger machine than this server's, but not from one with
+# more than this many times its memory.
+MEMORY_MARGIN = 16
+# Counts of real programs stay far below this (flops of the largest are ~1e18); the
+# predict routes take up to 1e30 so that a prediction never overflows, samples need less.
+MAX_SAMPLE_FEATURE = 1e20
 FAMILY = "sample"
 
 bp = Blueprint("samples", __name__)
@@ -108,6 +122,20 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
+def max_sample_bytes() -> float:
+    """The largest memory label a sample may carry: this host's memory times the margin."""
+    return float(psutil.virtual_memory().total * MEMORY_MARGIN)
+
+
+def _labels(body: dict[str, Any]) -> dict[str, float | None]:
+    bytes_limit = max_sample_bytes()
+    return {"compile_seconds": number(body, "compile_seconds", required=True,
+                                      minimum=MIN_COMPILE_SECONDS, maximum=MAX_COMPILE_SECONDS),
+            "peak_rss_bytes": number(body, "peak_rss_bytes", maximum=bytes_limit),
+            "executable_memory_bytes": number(body, "executable_memory_bytes",
+                                              maximum=bytes_limit)}
+
+
 def _environment(body: dict[str, Any]) -> dict[str, Any]:
     value = body.get("environment")
     if value is None:
@@ -117,28 +145,57 @@ def _environment(body: dict[str, Any]) -> dict[str, Any]:
     if len(value) > MAX_ENVIRONMENT_KEYS:
         raise ValidationError(f"environment: at most {MAX_ENVIRONMENT_KEYS} fields")
     for key, item in value.items():
-        if item is not None and not isinstance(item, (str, int, float, bool)):
-            raise ValidationError(
-                f"environment.{key}: must be a string, number, boolean or null, "
-                f"not {json_type(item)}")
-        if isinstance(item, float) and not math.isfinite(item):
-            raise ValidationError(f"environment.{key}: must be finite")
+        _environment_item(key, item)
     return value
+
+
+def _environment_item(key: str, item: Any) -> None:
+    if len(key) > MAX_KEY_LENGTH:
+        raise ValidationError(f"environment: field names are at most {MAX_KEY_LENGTH} "
+                              f"characters, one has {len(key)}")
+    field = f"environment.{key}"
+    if key == "cpu_count":
+        if isinstance(item, bool) or not isinstance(item, int) or not 1 <= item <= MAX_CPU_COUNT:
+            raise ValidationError(f"{field}: must be an integer from 1 to {MAX_CPU_COUNT}, "
+                                  f"got {_shown(item)}")
+    elif key == "ref_seconds":
+        checked_number(item, field, minimum=MIN_REF_SECONDS, maximum=MAX_REF_SECONDS)
+    elif key in ROW_ENVIRONMENT:
+        if not isinstance(item, str):
+            raise ValidationError(f"{field}: must be a string, not {json_type(item)}")
+    elif item is not None and not isinstance(item, (str, int, float, bool)):
+        raise ValidationError(f"{field}: must be a string, number, boolean or null, "
+                              f"not {json_type(item)}")
+    elif isinstance(item, float) and not math.isfinite(item):
+        raise ValidationError(f"{field}: must be finite")
+    if isinstance(item, str) and len(item) > MAX_STRING_LENGTH:
+        raise ValidationError(f"{field}: at most {MAX_STRING_LENGTH} characters, got "
+                              f"{len(item)}")
+
+
+def _shown(value: Any) -> str:
+    """A value for an error message, cut short: the body may hold megabytes."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _check_sample_features(features: Features) -> None:
+    for name, value in features.values.items():
+        if value > MAX_SAMPLE_FEATURE:  # NaN (an absent jaxpr feature) compares False
+            raise ValidationError(f"features.{name}: a sample's features are at most "
+                                  f"{MAX_SAMPLE_FEATURE:g}, got {value:g}")
 
 
 @bp.post("/v1/samples")
 def add_sample():
-    """Store one measured compile; 201 with its id."""
+    """Store one measured compile (samples token); 201 with its id."""
+    require_token("SAMPLES_TOKEN", "storing and reading samples")
     body = json_object()
     reject_unknown(body, SAMPLE_FIELDS)
-    labels = {
-        "compile_seconds": number(body, "compile_seconds", required=True, exclusive=True,
-                                  maximum=MAX_COMPILE_SECONDS),
-        "peak_rss_bytes": number(body, "peak_rss_bytes"),
-        "executable_memory_bytes": number(body, "executable_memory_bytes"),
-    }
+    labels = _labels(body)
     environment = _environment(body)
     features = program_features(body)
+    _check_sample_features(features)
     source = "stablehlo" if "stablehlo" in body else "features"
     program = body["stablehlo"] if source == "stablehlo" else json.dumps(
         body["features"], sort_keys=True)
@@ -152,7 +209,8 @@ def add_sample():
 
 @bp.get("/v1/samples/<sample_id>")
 def get_sample(sample_id: str):
-    """One stored sample: features, labels, environment and when it was received."""
+    """One stored sample (samples token): features, labels, environment, when received."""
+    require_token("SAMPLES_TOKEN", "storing and reading samples")
     store: SampleStore = current_app.extensions["costmodel"].samples
     sample = store.get(sample_id)
     if sample is None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import sqlite3
 import time
 
 import pytest
@@ -29,7 +28,7 @@ from costmodel._predict import predict_features
 from costmodel.api import create_app
 from costmodel.api.config import load_config
 from costmodel.api.predict import require_finite
-from costmodel.features import MODEL_FEATURES, SCHEMA_VERSION, Features, from_stablehlo
+from costmodel.features import SCHEMA_VERSION, Features, from_stablehlo
 from costmodel.models import load
 
 PAIRS = "cpu, gpu/h100, gpu/a100, gpu/h200"
@@ -359,79 +358,6 @@ def test_unexpected_errors_are_json_500_and_logged(tmp_path, model_dir, caplog):
     assert response.json == error(500, "Internal Server Error",
                                   "internal error; the server log has the details")
     assert "kaboom" in caplog.text
-
-
-# -- samples ---------------------------------------------------------------------------------
-
-def test_sample_is_stored_durably(tmp_path, model_dir, client):
-    text = stablehlo(4)
-    response = client.post("/v1/samples", json={
-        "stablehlo": text, "compile_seconds": 1.5, "peak_rss_bytes": 2048,
-        "environment": {"cpu_model": "test", "cpu_count": 8, "note": None}})
-    assert response.status_code == 201
-    sample_id = response.json["id"]
-    assert response.json == {"id": sample_id, "backend": "cpu", "target": ""}
-    assert response.headers["Location"] == f"/v1/samples/{sample_id}"
-    # a second app on the same file: what a restart sees
-    again = create_app(config(tmp_path, model_dir)).test_client()
-    stored = again.get(f"/v1/samples/{sample_id}").json
-    assert stored["compile_seconds"] == 1.5
-    assert stored["peak_rss_bytes"] == 2048 and stored["executable_memory_bytes"] is None
-    assert stored["environment"] == {"cpu_model": "test", "cpu_count": 8, "note": None}
-    expected = from_stablehlo(text).to_dict()
-    assert {n: stored["features"][n] for n in MODEL_FEATURES} == {
-        n: expected[n] for n in MODEL_FEATURES}
-    assert stored["created_at"] and stored["schema_version"] == SCHEMA_VERSION
-    with sqlite3.connect(tmp_path / "samples.sqlite3") as conn:
-        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-
-
-def test_samples_become_dataset_rows(client, app):
-    body = feature_body()
-    sample_id = client.post("/v1/samples", json={
-        **body, "compile_seconds": 0.25, "environment": {"cpu_model": "x", "evil": "y",
-                                                         "compile_seconds": 99}}).json["id"]
-    rows = app.extensions["costmodel"].samples.rows()
-    (row,) = rows.to_dict("records")
-    assert row["row_id"] == sample_id
-    assert (row["family"], row["status"], row["backend"], row["target"]) == (
-        "sample", "ok", "cpu", "")
-    assert row["compile_seconds"] == 0.25 and row["cpu_model"] == "x"
-    assert "evil" not in row
-    assert all(row[f"f_{n}"] == body["features"][n] for n in MODEL_FEATURES)
-
-
-SAMPLE_CASES = {
-    "no compile_seconds": ({}, "compile_seconds: required field is missing"),
-    "compile_seconds zero": ({"compile_seconds": 0},
-                             "compile_seconds: must be a number > 0 and <= 604800, got 0"),
-    "compile_seconds string": ({"compile_seconds": "1"},
-                               "compile_seconds: must be a number, not a string"),
-    "compile_seconds null": ({"compile_seconds": None},
-                             "compile_seconds: must be a number, not null"),
-    "negative rss": ({"compile_seconds": 1, "peak_rss_bytes": -5},
-                     "peak_rss_bytes: must be a number >= 0 and <= 1e+30, got -5"),
-    "environment a list": ({"compile_seconds": 1, "environment": []},
-                           "environment: must be an object, not an array"),
-    "nested environment": ({"compile_seconds": 1, "environment": {"a": {"b": 1}}},
-                           "environment.a: must be a string, number, boolean or null, not an "
-                           "object"),
-    "unknown field": ({"compile_seconds": 1, "family": "x"},
-                      "unknown field(s): family; allowed: stablehlo, features, backend, target, "
-                      "compile_seconds, peak_rss_bytes, executable_memory_bytes, environment"),
-}
-
-
-@pytest.mark.parametrize("extra, description", SAMPLE_CASES.values(), ids=SAMPLE_CASES.keys())
-def test_samples_reject_bad_bodies(client, app, extra, description):
-    response = client.post("/v1/samples", json={**feature_body(), **extra})
-    assert (response.status_code, response.json) == (400, error(400, BAD, description))
-    assert app.extensions["costmodel"].samples.count() == 0
-
-
-def test_unknown_sample_is_404(client):
-    response = client.get("/v1/samples/nope")
-    assert response.json == error(404, "Not Found", "no sample with id 'nope'")
 
 
 # -- retraining is off without a token, and guarded by it -----------------------------------

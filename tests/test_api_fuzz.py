@@ -19,7 +19,7 @@ from schemathesis.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
-from test_api_support import TOKEN, bearer, config, train_artifact
+from test_api_support import SAMPLES_TOKEN, TOKEN, bearer, config, train_artifact
 from threadpoolctl import threadpool_limits
 
 from costmodel.api import create_app
@@ -32,7 +32,8 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 def app(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fuzz")
     with threadpool_limits(1):
-        app = create_app(config(tmp, train_artifact(tmp / "cpu"), RETRAIN_TOKEN=TOKEN))
+        app = create_app(config(tmp, train_artifact(tmp / "cpu"), RETRAIN_TOKEN=TOKEN,
+                                SAMPLES_TOKEN=SAMPLES_TOKEN))
         yield app
         # retrain jobs the fuzzer started finish before the next module runs
         for thread in app.extensions["costmodel"].threads.values():
@@ -57,3 +58,5 @@ def test_no_input_causes_a_server_error(case):
     if case.path.startswith("/v1/retrain"):
         # the generated token is wrong (401); fuzz the authorized path too
         case.call_and_validate(checks=CHECKS, headers=bearer())
+    if case.path.startswith("/v1/samples"):
+        case.call_and_validate(checks=CHECKS, headers=bearer(SAMPLES_TOKEN))

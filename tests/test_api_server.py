@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from test_api_support import (
+    SAMPLES_TOKEN,
     TOKEN,
     X,
     bearer,
@@ -113,7 +114,8 @@ def server(tmp_path_factory, model_dir):
     server = Server(tmp, {
         "SAMPLES_DB": str(tmp / "samples.sqlite3"), "RETRAIN_DIR": str(tmp / "retrained"),
         "MODEL_PATHS": {"cpu": str(model_dir)}, "TRAINING_DATA": [str(data)],
-        "RETRAIN_TOKEN": TOKEN, "RETRAIN_MIN_ROWS": 10, "MODEL_SYNC_SECONDS": 0.5})
+        "RETRAIN_TOKEN": TOKEN, "SAMPLES_TOKEN": SAMPLES_TOKEN, "RETRAIN_MIN_ROWS": 10,
+        "MODEL_SYNC_SECONDS": 0.5})
     try:
         server.wait_ready()
         yield server
@@ -197,10 +199,13 @@ def test_slow_clients_get_408_and_do_not_stall_health_checks(server):
 
 
 def test_samples_and_retrain_across_workers(server):
+    samples = bearer(SAMPLES_TOKEN)
     status, created = server.request("POST", "/v1/samples",
-                                     {"stablehlo": stablehlo(3), "compile_seconds": 0.2})
+                                     {"stablehlo": stablehlo(3), "compile_seconds": 0.2},
+                                     headers=samples)
     assert status == 201
-    assert server.request("GET", f"/v1/samples/{created['id']}")[0] == 200
+    assert server.request("GET", f"/v1/samples/{created['id']}", headers=samples)[0] == 200
+    assert server.request("GET", f"/v1/samples/{created['id']}")[0] == 401
     old = server.request("GET", "/v1/models")[1]["models"][0]["version"]
     assert server.request("POST", "/v1/retrain")[0] == 401
     status, accepted = server.request("POST", "/v1/retrain", headers=bearer())

@@ -23,6 +23,7 @@ from costmodel.training import dataset
 from costmodel.training.fit import retrain
 
 TOKEN = "test-retrain-token-0123456789"
+SAMPLES_TOKEN = "test-samples-token-9876543210"
 X = jax.ShapeDtypeStruct((8, 8), jnp.float32)
 
 
@@ -51,6 +52,7 @@ def config(tmp: Path, model: Path | None, **overrides: Any) -> dict[str, Any]:
         "TRAINING_DATA": [],
         "MODEL_PATHS": {} if model is None else {("cpu", ""): model},
         "RETRAIN_TOKEN": None,
+        "SAMPLES_TOKEN": None,
         "RETRAIN_MIN_ROWS": 10,
         "MODEL_SYNC_SECONDS": 0.0,
     }
