@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from costmodel.training import metrics
+from costmodel.training import dataset, metrics
 from costmodel.training.evaluate import evaluate, holdout_score, markdown_table
+from costmodel.training.fit import select_rows
 
 
 def test_fold_errors_are_symmetric_ratios():
@@ -102,3 +104,18 @@ def test_report_shape_and_numbers(synthetic_rows):
     assert report["noise_floor"]["cpu"]["compile_seconds"]["median_fold"] == pytest.approx(1.1)
     table = markdown_table(report)
     assert "| leave_family_out | cpu | compile_seconds | power_law | 1 |" in table
+
+
+def test_scaling_plot_shows_drift_free_seconds_on_the_shipped_gpu_rows():
+    # Raw seconds put a 2-layer transformer forward (6.7 s, swept under load) above a
+    # 16-layer one (4.2 s); at the median reference speed depth orders them.
+    from costmodel.training.plots import measured_curves
+
+    data = dataset.load([Path(dataset.__file__).parent / "data/gpu-h100/rows.parquet"])
+    rows = select_rows(data, "gpu", "h100").reset_index(drop=True)
+    part, label = measured_curves(rows)["transformer"]["forward"]
+    assert label == "seq=128, width=256"
+    assert part["_knob"].tolist() == [2, 4, 8, 16]
+    assert part["compile_seconds"].round(2).tolist() == [6.73, 2.44, 2.78, 4.21]
+    assert part["_seconds"].iloc[-1] > 1.4 * part["_seconds"].iloc[0]
+    assert part["_seconds"].is_monotonic_increasing

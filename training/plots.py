@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .estimator import LOG_OFFSETS, TARGETS
-from .fit import features_frame
+from .fit import features_frame, normalized_seconds
 
 UNITS = {"compile_seconds": "s", "peak_rss_bytes": "bytes", "executable_memory_bytes": "bytes"}
 # (family, knob on the x axis, parameter that tells the curves apart)
@@ -102,7 +102,7 @@ def error_by_family(preds: pd.DataFrame, path: Path, target: str = "compile_seco
 def _curve_rows(rows: pd.DataFrame, family: str, knob: str, series: str) -> dict:
     """Rows per series value along `knob`, all at one setting of the other parameters:
     the setting measured most often for every series value (so the curves compare)."""
-    part = rows[rows["family"] == family]
+    part = rows[rows["family"] == family].copy()  # consolidated: columns are added below
     if part.empty:
         return {}
     params = pd.DataFrame([json.loads(p) for p in part["params"]], index=part.index)
@@ -122,19 +122,38 @@ def _curve_rows(rows: pd.DataFrame, family: str, knob: str, series: str) -> dict
             for value, group in params.groupby(series)}
 
 
+def measured_curves(rows: pd.DataFrame) -> dict[str, dict]:
+    """For each family of `CURVES`: {series value: (rows along the knob, setting label)},
+    the rows carrying `_knob` and `_seconds` (compile seconds at the median reference)."""
+    seconds = pd.Series(normalized_seconds(rows)[0], index=rows.index)
+    out = {}
+    for family, knob, series in CURVES:
+        curves = _curve_rows(rows, family, knob, series)
+        out[family] = {value: (part.assign(_seconds=seconds.loc[part.index]), label)
+                       for value, (part, label) in curves.items()}
+    return out
+
+
 def scaling_curves(rows: pd.DataFrame, preds: pd.DataFrame, estimator, path: Path) -> Path:
     """Compile time along loop steps (by style) and transformer depth (by mode): measured
-    points, the trained model (solid), and predictions with the family held out (dashed)."""
+    points, the trained model (solid), and predictions with the family held out (dashed).
+
+    Measured points are shown at the median reference speed, as the model is trained: the
+    raw seconds of rows swept under heavier load are several times too high (the H100
+    rows' reference compile took 0.19-2.1 s), which made a 2-layer transformer forward
+    look slower to compile (6.7 s) than a 16-layer one (4.2 s); normalized, 1.07 and 1.69 s.
+    """
     plt = _pyplot()
+    plotted = measured_curves(rows)
     held = _held_out(preds)
     held = held[held["target"] == "compile_seconds"].set_index("row")["point"]
     fig, axes = plt.subplots(1, len(CURVES), figsize=(7 * len(CURVES), 5))
     for ax, (family, knob, series) in zip(np.atleast_1d(axes), CURVES, strict=True):
-        curves = _curve_rows(rows, family, knob, series)
+        curves = plotted[family]
         colors = plt.get_cmap("tab10").colors
         for (value, (part, label)), color in zip(sorted(curves.items()), colors, strict=False):
             fitted = estimator.predict(features_frame(part))["compile_seconds"]
-            ax.scatter(part["_knob"], part["compile_seconds"], color=color, s=18,
+            ax.scatter(part["_knob"], part["_seconds"], color=color, s=18,
                        label=f"{series}={value} measured")
             ax.plot(part["_knob"], fitted["point"], color=color, lw=1.5, label="model")
             ax.fill_between(part["_knob"], fitted["lo"], fitted["hi"], color=color, alpha=0.12)
@@ -146,7 +165,7 @@ def scaling_curves(rows: pd.DataFrame, preds: pd.DataFrame, estimator, path: Pat
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel(knob)
-        ax.set_ylabel("compile seconds")
+        ax.set_ylabel("compile seconds (at the median reference speed)")
         if curves:
             ax.legend(fontsize=7)
         else:
