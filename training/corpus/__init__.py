@@ -42,12 +42,15 @@ from . import real_flax_linen as _real_flax_linen  # noqa: F401
 from . import real_flax_nnx as _real_flax_nnx  # noqa: F401
 from . import real_flowjax as _real_flowjax  # noqa: F401
 from . import real_haiku as _real_haiku  # noqa: F401
+from . import real_jaxley as _real_jaxley  # noqa: F401
 from . import real_keras as _real_keras  # noqa: F401
 from . import real_lineax as _real_lineax  # noqa: F401
+from . import real_netket as _real_netket  # noqa: F401
 from . import real_numpyro as _real_numpyro  # noqa: F401
 from . import real_optax as _real_optax  # noqa: F401
 from . import real_optimistix as _real_optimistix  # noqa: F401
 from . import real_penzai as _real_penzai  # noqa: F401
+from . import real_sympy2jax as _real_sympy2jax  # noqa: F401
 from . import science as _science  # noqa: F401
 from .loops import LOOP_STYLES
 from .registry import (

@@ -98,12 +98,12 @@ def build_diffrax_adjoint_grad(steps: int, adjoint: str, solver: str, dim: int =
     adjoints = {"recursive": diffrax.RecursiveCheckpointAdjoint, "direct": diffrax.DirectAdjoint,
                 "backsolve": diffrax.BacksolveAdjoint}
 
-    def loss(params, y0):
-        def field(t, y, args):
-            return jnp.tanh(jnp.tanh(y @ params["w1"]) @ params["w2"])
+    def field(t, y, params):  # weights through ``args``: BacksolveAdjoint needs them there
+        return jnp.tanh(jnp.tanh(y @ params["w1"]) @ params["w2"])
 
+    def loss(params, y0):
         solution = diffrax.diffeqsolve(
-            diffrax.ODETerm(field), _solver(solver), 0.0, 1.0, dt0=1.0 / steps, y0=y0,
+            diffrax.ODETerm(field), _solver(solver), 0.0, 1.0, dt0=1.0 / steps, y0=y0, args=params,
             saveat=diffrax.SaveAt(ts=jnp.linspace(0.0, 1.0, 8)),
             stepsize_controller=diffrax.ConstantStepSize(), adjoint=adjoints[adjoint](),
             max_steps=steps + 1, throw=False)

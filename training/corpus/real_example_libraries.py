@@ -14,7 +14,7 @@ import numpy as np
 from .real_support import real_family, uses
 from .registry import param_grid, sds
 
-_OPTIMIZERS = ("sgd", "momentum", "adagrad", "rmsprop", "adam", "sm3")
+_OPTIMIZERS = ("sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam", "adamax")
 
 
 def _optimizer(name: str):
@@ -22,7 +22,8 @@ def _optimizer(name: str):
 
     return {"sgd": lambda: optimizers.sgd(1e-2), "momentum": lambda: optimizers.momentum(1e-2, 0.9),
             "adagrad": lambda: optimizers.adagrad(1e-2), "rmsprop": lambda: optimizers.rmsprop(1e-3),
-            "adam": lambda: optimizers.adam(1e-3), "sm3": lambda: optimizers.sm3(1e-2)}[name]()
+            "adam": lambda: optimizers.adam(1e-3), "adamax": lambda: optimizers.adamax(1e-3),
+            "nesterov": lambda: optimizers.nesterov(1e-2, 0.9)}[name]()
 
 
 def _stax_step(network, input_shape, optimizer: str, labels: int):

@@ -92,7 +92,7 @@ def build_numpyro_kernel_sample(model: str, kernel: str, size: int):
         target, data = _gp, (x, jnp.sin(x[:, 0]))
     init = initialize_model(jax.random.PRNGKey(0), target, model_args=data)
     sampler = (NUTS(potential_fn=init.potential_fn, max_tree_depth=6) if kernel == "nuts"
-               else HMC(potential_fn=init.potential_fn, num_steps=16))
+               else HMC(potential_fn=init.potential_fn, num_steps=16, trajectory_length=None))
     state = jax.eval_shape(
         lambda z: sampler.init(jax.random.PRNGKey(1), 0, z, (), {}), init.param_info.z)
 

@@ -9,15 +9,17 @@ registered (:data:`MISSING` names the libraries that were skipped).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 
 import jax
 import numpy as np
 
 from .registry import Family, register, sds
 
-__all__ = ["MISSING", "key_data", "optax_step", "real_family", "uses"]
+__all__ = ["MISSING", "key_data", "library_quiet", "optax_step", "real_family", "uses"]
 
 MISSING: set[str] = set()  # libraries whose families were not registered (not installed)
 
@@ -39,6 +41,16 @@ def real_family(library: str, name: str, description: str, build: Callable, grid
     """Registers a family built from ``library``'s code, tagged ``("real", library)`` so
     evaluation can hold a whole library out."""
     return register(Family(name, description, build, grid, x64=x64, tags=("real", library)))
+
+
+@contextlib.contextmanager
+def library_quiet() -> Iterator[None]:
+    """Silences deprecation and future warnings that a library raises about its own
+    internals (e.g. its pandas calls), which we cannot fix and tests treat as errors."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        yield
 
 
 def key_data() -> jax.ShapeDtypeStruct:
