@@ -103,8 +103,9 @@ class JobStore:
             "progress": row["progress"],
             "scope": json.loads(row["scope"]),
             "swapped": any(r.get("swapped") for r in results),
+            # "current": the score the candidate had to beat (see training.promotion)
             "scores": {_label(r): {"new": _finite(r.get("score_new")),
-                                   "current": _finite(r.get("score_current"))} for r in results},
+                                   "current": _finite(r.get("score_to_beat"))} for r in results},
             "results": results,
             "error": row["error"],
             "created_at": row["created_at"],

@@ -195,7 +195,13 @@ def _schemas() -> dict[str, Any]:
                            "progress": {"type": "number", "minimum": 0, "maximum": 1},
                            "swapped": {"type": "boolean"},
                            "scores": {"type": "object"},
-                           "results": {"type": "array", "items": {"type": "object"}},
+                           "results": {"type": "array", "description": (
+                               "Per backend/target: rows, train_rows, holdout_rows, samples, "
+                               "dropped_samples (screened out), score_new, score_current "
+                               "(the served model), score_current_refit (its recipe on the "
+                               "training rows, when it may have seen the holdout), "
+                               "score_to_beat, swapped, version"),
+                               "items": {"type": "object"}},
                            "error": {"type": "string", "nullable": True}}},
         "Status": {"type": "object", "required": ["status"],
                    "properties": {"status": {"type": "string"},

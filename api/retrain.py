@@ -1,36 +1,41 @@
-"""`POST /v1/retrain`: retrain on shipped data plus stored samples, swap in only if not worse.
+"""`POST /v1/retrain`: retrain on shipped data plus stored samples, promote only if better.
 
 A job runs in a background thread of the worker that accepted it. Per backend/target it
-holds out the same rows (by a hash of their id) for both models, retrains on the rest,
-scores the new and the current model on the held-out rows with `holdout_score`, and
-promotes the new artifact only if its score is not worse. The shipped model may have
-seen some held-out rows, so the comparison leans towards keeping it: a conservative rule.
+drops stored samples that are far from both the current model and their neighbours,
+holds out rows by a hash of their id, fits a candidate on the rest and compares it with
+the current model on the held-out rows on fair ground (`training.promotion.compare`).
+A better candidate is saved and promoted; a rejected one never reaches the disk.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
+import json
 import logging
-import math
+import shutil
 import threading
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from flask import Blueprint, current_app, request, url_for
-from werkzeug.datastructures import WWWAuthenticate
-from werkzeug.exceptions import Forbidden, NotFound, Unauthorized
+from werkzeug.exceptions import NotFound
 
-from costmodel.models import load
+from costmodel.models import load, save
 from costmodel.training import dataset
-from costmodel.training.evaluate import holdout_score
-from costmodel.training.fit import retrain, select_rows
+from costmodel.training.fit import select_rows, train
+from costmodel.training.promotion import compare, holdout_split, suspect_rows
 
+from .auth import require_token
 from .errors import json_object
+from .samples import FAMILY
 from .validation import reject_unknown, target_of
 
 log = logging.getLogger("costmodel.api")
 bp = Blueprint("retrain", __name__)
+# Beside a promoted artifact: the ids of the rows it trained on, so that a later job
+# knows whether the model saw its held-out rows.
+TRAINING_ROWS_FILE = "training_rows.json"
 
 
 class RetrainError(RuntimeError):
@@ -39,16 +44,7 @@ class RetrainError(RuntimeError):
 
 def authorize() -> None:
     """403 when retraining over HTTP is off, 401 unless the bearer token matches."""
-    token = current_app.config["RETRAIN_TOKEN"]
-    if token is None:
-        raise Forbidden("retraining over HTTP is disabled on this server; the operator turns "
-                        "it on by setting COSTMODEL_RETRAIN_TOKEN (config RETRAIN_TOKEN)")
-    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    # compare_digest takes time independent of where the strings differ.
-    if scheme.lower() != "bearer" or not hmac.compare_digest(
-            given.strip().encode("utf-8"), token.encode("utf-8")):
-        raise Unauthorized("missing or wrong token: send 'Authorization: Bearer <token>'",
-                           www_authenticate=WWWAuthenticate("bearer", {"realm": "costmodel"}))
+    require_token("RETRAIN_TOKEN", "retraining")
 
 
 def training_frame(state) -> pd.DataFrame:
@@ -63,20 +59,6 @@ def training_frame(state) -> pd.DataFrame:
     return data.drop_duplicates("row_id", keep="first").reset_index(drop=True)
 
 
-def holdout_split(rows: pd.DataFrame, fraction: float) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(train, holdout): holdout is the `fraction` of scorable rows with the lowest id hash.
-
-    Hashing the id keeps a row on the same side in every job, so a model promoted by an
-    earlier job never trained on a later job's held-out rows.
-    """
-    seconds = pd.to_numeric(rows["compile_seconds"], errors="coerce")
-    scorable = rows[seconds > 0]
-    order = scorable["row_id"].map(lambda r: hashlib.sha256(str(r).encode()).hexdigest())
-    size = max(1, math.ceil(fraction * len(scorable)))
-    held = order.sort_values().index[:size]
-    return rows.drop(index=held).reset_index(drop=True), rows.loc[held].reset_index(drop=True)
-
-
 def _groups(data: pd.DataFrame, scope: dict[str, Any], min_rows: int) -> list[tuple[str, str]]:
     if not len(data) or "compile_seconds" not in data:
         return []
@@ -89,34 +71,68 @@ def _groups(data: pd.DataFrame, scope: dict[str, Any], min_rows: int) -> list[tu
     return sorted(groups)
 
 
-def _score(artifact, holdout: pd.DataFrame) -> float:
-    value = float(holdout_score(artifact, holdout))
-    return value if math.isfinite(value) else math.inf
+def _screened(rows: pd.DataFrame, current) -> tuple[pd.DataFrame, int, int]:
+    """(rows without suspect samples, samples considered, samples dropped)."""
+    samples = (rows["family"] == FAMILY).to_numpy() if "family" in rows else np.zeros(
+        len(rows), bool)
+    if current is None or not samples.any():
+        return rows, int(samples.sum()), 0
+    drop = suspect_rows(rows, samples, current.estimator)
+    return rows[~drop].reset_index(drop=True), int(samples.sum()), int(drop.sum())
 
 
-def _json_score(value: float) -> float | None:
-    return value if math.isfinite(value) else None
+def _trained_rows(artifact) -> set[str] | None:
+    """Row ids a model promoted by an earlier job trained on; None when unknown."""
+    path = Path(artifact.path) / TRAINING_ROWS_FILE
+    try:
+        return set(json.loads(path.read_text())["row_ids"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _known_rows(artifact, rows: pd.DataFrame) -> set[str]:
+    """Rows the current model knew: recorded ones, else the shipped (non-sample) rows."""
+    recorded = _trained_rows(artifact)
+    if recorded is not None:
+        return recorded
+    return set(rows.loc[rows["family"] != FAMILY, "row_id"].astype(str))
+
+
+def _save_candidate(estimator, train_rows: pd.DataFrame, out: Path, key: tuple[str, str],
+                    name: str, verdict):
+    """Write the promoted candidate and its training row ids; nothing is left on failure."""
+    backend, target = key
+    try:
+        save(estimator, out, backend=backend, target=target, data=train_rows,
+             metrics={"promotion": verdict.to_dict()}, name=name)
+        (out / TRAINING_ROWS_FILE).write_text(json.dumps(
+            {"row_ids": train_rows["row_id"].astype(str).tolist()}))
+        return load(out)  # from disk and verified, exactly as other workers will load it
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
 
 
 def _retrain_group(state, job_id: str, data: pd.DataFrame, key: tuple[str, str]) -> dict:
     backend, target = key
     label = backend + (f"-{target}" if target else "")
-    rows = select_rows(data, backend, target)
-    train, holdout = holdout_split(rows, float(state.config["HOLDOUT_FRACTION"]))
-    out = state.config["RETRAIN_DIR"] / f"{label}-{job_id}"
-    retrain(train, backend, target, out, name=f"retrained-{label}")
-    new = load(out)  # from disk and verified, exactly as other workers will load it
     current = state.registry.get(backend, target)
-    score_new = _score(new, holdout)
-    score_current = None if current is None else _score(current, holdout)
-    swapped = score_new < math.inf and (score_current is None or score_new <= score_current)
-    if swapped:
+    rows, samples, dropped = _screened(select_rows(data, backend, target), current)
+    train_rows, holdout = holdout_split(rows, float(state.config["HOLDOUT_FRACTION"]))
+    candidate = train(train_rows, backend, target, **state.config["RETRAIN_PARAMS"])
+    verdict = compare(candidate, None if current is None else current.estimator, train_rows,
+                      holdout, None if current is None else _known_rows(current, rows),
+                      backend, target)
+    version = None
+    if verdict.promote:
+        out = state.config["RETRAIN_DIR"] / f"{label}-{job_id}"
+        new = _save_candidate(candidate, train_rows, out, key, f"retrained-{label}", verdict)
         promotion = state.jobs.promote(backend, target, out, job_id)
         state.registry.swap(key, new, promotion)
-    return {"backend": backend, "target": target, "rows": len(rows), "train_rows": len(train),
-            "holdout_rows": len(holdout), "score_new": _json_score(score_new),
-            "score_current": None if score_current is None else _json_score(score_current),
-            "swapped": bool(swapped), "version": new.version,
+        version = new.version
+    return {"backend": backend, "target": target, "rows": len(rows),
+            "train_rows": len(train_rows), "samples": samples, "dropped_samples": dropped,
+            **verdict.to_dict(), "version": version,
             "previous_version": None if current is None else current.version}
 
 
