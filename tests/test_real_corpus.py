@@ -1,0 +1,72 @@
+"""Tests for the real-program corpus families (training/corpus/real_*.py): one library tag
+each, the size the issue asks for, and one small program per library that lowers."""
+
+from __future__ import annotations
+
+import collections
+
+import jax
+import pytest
+
+from costmodel.training import corpus
+from costmodel.training.corpus import real_support
+
+LIBRARIES = ("keras", "dm-haiku", "flax", "optax", "equinox", "diffrax", "lineax", "optimistix",
+             "numpyro", "blackjax", "penzai", "flowjax", "netket", "jaxley", "sympy2jax",
+             "jax.example_libraries")
+# the cheapest family to lower of each library (its first grid point)
+SMALLEST = {"keras": "keras_lstm_step", "dm-haiku": "haiku_vqvae_step", "flax": "nnx_residual_mlp_step",
+            "optax": "optax_zoo_step", "equinox": "eqx_deep_mlp_step", "diffrax": "diffrax_sde_paths",
+            "lineax": "lineax_dense_solve", "optimistix": "optx_minimise",
+            "numpyro": "numpyro_svi_step", "blackjax": "blackjax_inference_loop",
+            "penzai": "penzai_neox_logits", "flowjax": "flowjax_mle_step",
+            "netket": "netket_autoregressive_vmc", "jaxley": "jaxley_cell",
+            "sympy2jax": "sympy2jax_fit_step", "jax.example_libraries": "stax_mlp_step"}
+MIN_PROGRAMS, MIN_LIBRARIES = 300, 12  # with the [corpus] extra installed
+
+
+def _real() -> dict[str, corpus.Family]:
+    return {name: f for name, f in corpus.FAMILIES.items() if "real" in f.tags}
+
+
+def test_each_real_family_has_exactly_one_known_library_tag():
+    real = _real()
+    assert real, "jax.example_libraries ships with jax, so some real family is always registered"
+    for name, family in real.items():
+        assert len(family.tags) == 2 and family.tags[0] == "real", name
+        assert family.tags[1] in LIBRARIES, (name, family.tags)
+
+
+def test_every_library_with_families_has_a_smallest_program():
+    libraries = {f.tags[1] for f in _real().values()}
+    assert libraries <= set(SMALLEST)
+    assert all(corpus.get_family(SMALLEST[lib]).tags[1] == lib for lib in libraries)
+
+
+def test_missing_libraries_register_nothing():
+    libraries = {f.tags[1] for f in _real().values()}
+    assert not libraries & real_support.MISSING
+
+
+def test_real_corpus_reaches_the_issue_size():
+    if real_support.MISSING:
+        pytest.skip(f"not installed (pip install -e '.[corpus]'): {sorted(real_support.MISSING)}")
+    per_library = collections.Counter()
+    for family in _real().values():
+        per_library[family.tags[1]] += len(family.grid)
+    assert sum(per_library.values()) >= MIN_PROGRAMS, per_library
+    assert len(per_library) >= MIN_LIBRARIES, per_library
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.parametrize("library", sorted(SMALLEST))
+def test_smallest_program_of_each_library_lowers(library):
+    name = SMALLEST[library]
+    if name not in corpus.FAMILIES:
+        pytest.skip(f"{library} is not installed (pip install -e '.[corpus]')")
+    family = corpus.get_family(name)
+    fn, args = corpus.build(name, family.grid[0])
+    assert all(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree_util.tree_leaves(args))
+    with jax.enable_x64(family.x64):
+        text = jax.jit(fn).trace(*args).lower().as_text()
+    assert "func.func public @main" in text
