@@ -15,11 +15,21 @@ class UsageError(Exception):
     """A wrong use of the command line: reported as one line on stderr, exit status 2."""
 
 
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends each option's default, unless it is required or its help already says
+    the default in words."""
+
+    def _get_help_string(self, action) -> str:
+        if action.required or "(default:" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 class _Parser(argparse.ArgumentParser):
     """Shows defaults in every `--help`; a wrong argument is one line, not the usage."""
 
     def __init__(self, *args, **kwargs) -> None:
-        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        kwargs.setdefault("formatter_class", _Help)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):

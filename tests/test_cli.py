@@ -139,8 +139,11 @@ def test_every_help_shows_the_defaults():
     assert len(commands) == 9
     for name, parser in commands.items():
         text = " ".join(parser.format_help().split())
-        for action in parser._actions:
-            if action.option_strings and action.dest != "help" and not action.required:
+        options = [a for a in parser._actions
+                   if a.option_strings and a.dest != "help" and not a.required]
+        assert text.count("(default: ") == len(options), name  # each once, none twice
+        for action in options:
+            if action.default is not None:
                 assert f"(default: {action.default})" in text, (name, action.dest)
     advise = " ".join(commands["advise"].format_help().split())
     assert "budget in seconds (default: 10.0)" in advise
