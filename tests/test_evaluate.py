@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from costmodel.training import dataset, metrics
-from costmodel.training.evaluate import evaluate, holdout_score, markdown_table
-from costmodel.training.fit import select_rows
+from costmodel.training.evaluate import evaluate, folds, holdout_score, markdown_table
+from costmodel.training.fit import holdout_groups, select_rows
 
 
 def test_fold_errors_are_symmetric_ratios():
@@ -83,7 +83,10 @@ def test_report_shape_and_numbers(synthetic_rows):
     rows.loc[slow, "ref_seconds"] = 0.2
     rows.loc[slow, "compile_seconds"] *= 2
     report = evaluate(rows, "cpu", "", params={"max_iter": 20, "n_folds": 3})
-    assert set(report) == {"leave_family_out", "extrapolation", "noise_floor", "data", "drift"}
+    assert set(report) == {"leave_family_out", "leave_library_out", "leave_library_out_over_1s",
+                           "extrapolation", "noise_floor", "data", "drift"}
+    # no row says which library built it: that split has nothing to hold out
+    assert report["leave_library_out"]["cpu"]["compile_seconds"]["costmodel"]["n"] == 0
     assert report["drift"]["cpu"]["reference_power"] == pytest.approx(1.0, abs=1e-6)
     assert report["drift"]["cpu"]["reference_seconds"] == 0.1
     lofo = report["leave_family_out"]["cpu"]["compile_seconds"]
@@ -119,3 +122,29 @@ def test_scaling_plot_shows_drift_free_seconds_on_the_shipped_gpu_rows():
     assert part["compile_seconds"].round(2).tolist() == [6.73, 2.44, 2.78, 4.21]
     assert part["_seconds"].iloc[-1] > 1.4 * part["_seconds"].iloc[0]
     assert part["_seconds"].is_monotonic_increasing
+
+
+def test_leave_library_out_holds_each_library_out_whole(synthetic_rows):
+    # 1e-6 * ops^2 s: 40 synthetic rows, then 3 libraries of 10 programs of 0.25-4 s each
+    rng = np.random.default_rng(7)
+    rows = synthetic_rows(np.concatenate([rng.uniform(100, 3000, 40),
+                                          np.tile(np.geomspace(500, 2000, 10), 3)]))
+    rows["library"] = [""] * 40 + [lib for lib in ("flax", "haiku", "optax") for _ in range(10)]
+    held = {name: (set(train), set(test)) for name, train, test in
+            folds(rows, "leave_library_out")}
+    assert sorted(held) == ["flax", "haiku", "optax"]
+    train, test = held["haiku"]
+    assert test == set(range(50, 60)) and train == set(range(60)) - test | set(range(60, 70))
+    report = evaluate(rows, "cpu", "", params={"max_iter": 20, "n_folds": 3})
+    lolo = report["leave_library_out"]["cpu"]["compile_seconds"]
+    assert lolo["costmodel"]["n"] == lolo["power_law"]["n"] == 30
+    assert lolo["power_law"]["median_fold"] == pytest.approx(1.0, abs=0.002)
+    # 1000-2000 ops compile in 1-4 s: the 5 largest of each library's 10
+    long = report["leave_library_out_over_1s"]["cpu"]["compile_seconds"]["costmodel"]
+    assert long["n"] == 15
+
+
+def test_interval_residuals_hold_out_libraries_where_rows_have_one(synthetic_rows):
+    rows = synthetic_rows(np.geomspace(100, 1000, 6), families=2)
+    rows["library"] = ["", "", "flax", "flax", "keras", ""]
+    assert holdout_groups(rows).tolist() == ["fam0", "fam1", "flax", "flax", "keras", "fam1"]

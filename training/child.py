@@ -46,9 +46,10 @@ def run(spec: dict) -> dict:
     def build():
         return family.build(**params)
 
-    return measure(build, backend=spec.get("backend", "cpu"), target=spec.get("target", ""),
-                   max_repeats=int(spec.get("max_repeats", 3)),
-                   trace_phases=bool(spec.get("trace_phases", True)))
+    row = measure(build, backend=spec.get("backend", "cpu"), target=spec.get("target", ""),
+                  max_repeats=int(spec.get("max_repeats", 3)),
+                  trace_phases=bool(spec.get("trace_phases", True)))
+    return {**row, "library": family.library}
 
 
 def result_for(spec: dict) -> dict:

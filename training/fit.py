@@ -78,6 +78,21 @@ def families(rows: pd.DataFrame) -> np.ndarray:
     return rows["family"].fillna("unknown").astype(str).to_numpy()
 
 
+def libraries(rows: pd.DataFrame) -> np.ndarray:
+    """The public library each row's program is built from ("" for synthetic families):
+    the `library` column measured rows carry (`Family.library`)."""
+    if "library" not in rows:
+        return np.full(len(rows), "", dtype=object)
+    return rows["library"].fillna("").astype(str).to_numpy()
+
+
+def holdout_groups(rows: pd.DataFrame) -> np.ndarray:
+    """What the interval's out-of-fold residuals hold out together: a real program's
+    library (so intervals are as wide as a new library's errors), else its family."""
+    library = libraries(rows)
+    return np.where(library != "", library, families(rows))
+
+
 def labels(rows: pd.DataFrame) -> dict[str, np.ndarray]:
     """Label arrays by target (NaN where a row has none)."""
     return {t: pd.to_numeric(rows[t], errors="coerce").to_numpy(float)
@@ -128,7 +143,7 @@ def train(data: pd.DataFrame, backend: str, target: str = "", **params) -> Compi
     reference = (pd.to_numeric(rows["ref_seconds"], errors="coerce").to_numpy(float)
                  if "ref_seconds" in rows else None)
     model = CompileCostModel(**model_params(backend, params))
-    return model.fit(features_frame(rows), y, groups=families(rows), reference=reference)
+    return model.fit(features_frame(rows), y, groups=holdout_groups(rows), reference=reference)
 
 
 def retrain(data: pd.DataFrame, backend: str, target: str, out: Path, name: str,

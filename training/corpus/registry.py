@@ -77,6 +77,14 @@ class Family:
         object.__setattr__(self, "grid", grid)
         object.__setattr__(self, "tags", tuple(self.tags))
 
+    @property
+    def library(self) -> str:
+        """The public library a real-program family is built from: the tag after "real"
+        (evaluation holds out a library's programs together); "" for synthetic families."""
+        if self.tags[:1] == ("real",) and len(self.tags) > 1:
+            return self.tags[1]
+        return ""
+
 
 FAMILIES: dict[str, Family] = {}
 
