@@ -113,8 +113,9 @@ if uses("dm-haiku", "haiku", "optax"):
     real_family("dm-haiku", "haiku_gru_stack_step",
                 "Haiku DeepRNN of GRUs, static_unroll or dynamic_unroll, Adam step.",
                 build_haiku_gru_stack,
-                param_grid(steps=(8, 16, 32, 64, 128, 256), depth=(1, 2, 4), unroll=("static", "dynamic"),
-                           where=lambda p: p["unroll"] == "static" or p["steps"] in (16, 256)))
+                param_grid(steps=(8, 16, 32, 64, 128), depth=(1, 2, 4), unroll=("static", "dynamic"),
+                           where=lambda p: (p["steps"] * p["depth"] <= 128 if p["unroll"] == "static"
+                                            else p["steps"] in (16, 128))))
     real_family("dm-haiku", "haiku_thin_resnet_step",
                 "hk.nets.ResNet with narrow channels and 1-6 blocks per group, SGD step.",
                 build_haiku_thin_resnet_step,

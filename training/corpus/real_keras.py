@@ -115,4 +115,5 @@ if uses("keras", "keras"):
     real_family("keras", "keras_lstm_step",
                 "Stacked keras LSTM layers (scan or unroll=True), RMSprop stateless step.",
                 build_keras_lstm_step,
-                param_grid(steps=(8, 32, 64, 128), stacked=(1, 2, 3), unroll=(False, True)))
+                param_grid(steps=(8, 32, 64, 128), stacked=(1, 2, 3), unroll=(False, True),
+                           where=lambda p: not p["unroll"] or p["steps"] * p["stacked"] <= 128))

@@ -61,5 +61,5 @@ if uses("sympy2jax", "sympy2jax", "sympy", "equinox", "optax"):
     real_family("sympy2jax", "sympy2jax_fit_step",
                 "sympy2jax SymbolicModule constant fitting (symbolic regression step) with Adam.",
                 build_sympy2jax_fit_step,
-                param_grid(terms=(2, 8, 32, 64, 128), outputs=(1, 4, 16),
-                           where=lambda p: p["terms"] * p["outputs"] <= 256))
+                param_grid(terms=(2, 8, 16, 32, 64, 128), outputs=(1, 4, 16),
+                           where=lambda p: p["terms"] * p["outputs"] <= 128))
