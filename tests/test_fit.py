@@ -8,7 +8,12 @@ import pytest
 from sklearn.exceptions import NotFittedError
 
 from costmodel.training.baseline import baseline_log, overhead_power_law, power_law_coef
-from costmodel.training.estimator import CompileCostModel, conformal_bounds
+from costmodel.training.estimator import (
+    CompileCostModel,
+    conformal_bounds,
+    interval_offsets,
+    size_bands,
+)
 from costmodel.training.fit import features_frame, labels, train
 
 # Small trees keep the suite fast; the behaviour under test does not depend on size.
@@ -188,3 +193,23 @@ def test_trees_leave_out_excluded_features():
     blind = train(rows, "cpu", "", tree_exclude=("op_sine",), **FAST).predict(probe)
     assert reading[1] / reading[0] > 2.0  # e^1 = 2.7 learned
     assert blind["compile_seconds"]["point"][1] == blind["compile_seconds"]["point"][0]
+
+
+def test_size_bands_bound_each_tercile_by_its_own_residuals():
+    # predicted log sizes 0..119; residuals spread 1x, 2x, 3x in the three terciles
+    predicted = np.arange(120.0)
+    spread = np.repeat([1.0, 2.0, 3.0], 40)
+    residual = spread * np.tile(np.linspace(-1, 1, 40), 3)
+    bands = size_bands(predicted, residual, 0.9)
+    assert bands["edges"] == pytest.approx([39.6667, 79.3333], abs=1e-3)
+    # n = 40 per band: ranks 2 and 39 of linspace(-1, 1, 40), i.e. -+(1 - 2/39)
+    assert bands["hi"] == pytest.approx([s * (1 - 2 / 39) for s in (1, 2, 3)])
+    assert bands["lo"] == pytest.approx([-s * (1 - 2 / 39) for s in (1, 2, 3)])
+    lo, hi = interval_offsets({"lo": -9.0, "hi": 9.0, "bands": bands}, np.array([5.0, 100.0]))
+    assert hi.tolist() == pytest.approx([1 - 2 / 39, 3 * (1 - 2 / 39)])
+    assert size_bands(predicted[:119], residual[:119], 0.9) is None  # under 3 x 40
+
+
+def test_models_fitted_before_size_bands_keep_one_band():
+    lo, hi = interval_offsets({"lo": -0.5, "hi": 0.7}, np.array([1.0, 50.0]))
+    assert lo.tolist() == [-0.5, -0.5] and hi.tolist() == [0.7, 0.7]

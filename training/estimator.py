@@ -5,8 +5,9 @@ their last leaf. Users care most about compiles bigger than any we measured, so 
 target is modelled in log space as `baseline(size) + trees(features)`, where the baseline
 is a least-squares power law in a few size counts (it carries the growth) and the trees
 only correct its residual (bounded). Intervals are split-conformal: quantiles of
-out-of-fold residuals, with folds that hold out whole program families so the interval
-reflects a program unlike any in training.
+out-of-fold residuals, with folds that hold out whole program families (or libraries, for
+real programs) so the interval reflects a program unlike any in training, taken per
+tercile of predicted size where there are enough residuals.
 """
 
 from __future__ import annotations
@@ -283,10 +284,9 @@ class CompileCostModel:
         logs = self.predict_log(X)
         out = {}
         for target, z in logs.items():
-            fitted = self.models_[target]
-            out[target] = {"point": from_log(target, z),
-                           "lo": from_log(target, z + fitted["lo"]),
-                           "hi": from_log(target, z + fitted["hi"])}
+            lo, hi = interval_offsets(self.models_[target], z)
+            out[target] = {"point": from_log(target, z), "lo": from_log(target, z + lo),
+                           "hi": from_log(target, z + hi)}
         return out
 
     def predict_log(self, X) -> dict[str, np.ndarray]:
@@ -313,6 +313,7 @@ class CompileCostModel:
         seen = np.isfinite(base)
         residual = (z - base - trees)[seen]
         fitted["lo"], fitted["hi"] = conformal_bounds(residual, self.coverage)
+        fitted["bands"] = size_bands((base + trees)[seen], residual, self.coverage)
         fitted["oof_residual_mad"] = float(np.median(np.abs(residual))) if len(residual) else None
         return fitted
 
@@ -375,6 +376,37 @@ class CompileCostModel:
 
     def _checked(self, X) -> Table:
         return augment(Table.of(X, self.feature_names_in_))
+
+
+# Interval bands by predicted size: three, each from at least this many residuals.
+SIZE_BANDS = 3
+MIN_BAND_RESIDUALS = 40
+
+
+def size_bands(predicted: np.ndarray, residual: np.ndarray, coverage: float) -> dict | None:
+    """Conformal bounds per tercile of the out-of-fold prediction (log scale).
+
+    Small and large programs are not predicted equally well (the largest real programs
+    were over-predicted 10-25x while small ones sat within 2x), so one band for all would
+    be too wide for some sizes and too narrow for others. None when too few residuals.
+    """
+    if len(residual) < SIZE_BANDS * MIN_BAND_RESIDUALS:
+        return None
+    edges = np.quantile(predicted, np.arange(1, SIZE_BANDS) / SIZE_BANDS)
+    band = np.searchsorted(edges, predicted, side="right")
+    bounds = [conformal_bounds(residual[band == b], coverage) for b in range(SIZE_BANDS)]
+    return {"edges": edges.tolist(), "lo": [lo for lo, _ in bounds],
+            "hi": [hi for _, hi in bounds]}
+
+
+def interval_offsets(fitted: dict, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Log-scale offsets of the interval around predictions `z`: the size band's when the
+    model has bands (models fitted before them have one band for all sizes)."""
+    bands = fitted.get("bands")
+    if not bands:
+        return np.full(len(z), fitted["lo"]), np.full(len(z), fitted["hi"])
+    band = np.searchsorted(np.asarray(bands["edges"]), z, side="right")
+    return np.asarray(bands["lo"])[band], np.asarray(bands["hi"])[band]
 
 
 def conformal_bounds(residual: np.ndarray, coverage: float) -> tuple[float, float]:
