@@ -38,28 +38,33 @@ def nesting_depth(text: str) -> int:
     at = np.flatnonzero(steps)
     # `->` is an arrow, not a closing bracket.
     at = at[(at == 0) | (codes[at - 1] != ord("-")) | (steps[at] > 0)]
-    at = at[~_inside_strings(codes, at)]
+    if not at.size:
+        return 0
+    quotes = _unescaped_quotes(codes)
+    if quotes is not None:
+        # Between an odd and the next even quote is inside a string; an open one runs on.
+        at = at[(np.cumsum(quotes, dtype=np.int32)[at] & 1) == 0]
     return int(np.cumsum(steps[at], dtype=np.int64).max(initial=0))
 
 
-def _inside_strings(codes: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """Whether each position in `at` lies between an opening and a closing double quote.
+def _unescaped_quotes(codes: np.ndarray) -> np.ndarray | None:
+    """Mask of the double quotes that open or close a string (None when there are none).
 
-    A quote is escaped when an odd number of backslashes runs right before it; an
-    unterminated string runs to the end of the text. Only quotes and brackets are
-    looked at one by one, so the cost is one pass over the bytes.
+    A quote is escaped when an odd number of backslashes runs right before it.
     """
-    quotes = np.flatnonzero(codes == ord('"'))
-    if not quotes.size:
-        return np.zeros(at.size, bool)
-    backslash = np.concatenate(([0], codes == ord("\\"), [0])).astype(np.int8)
-    edges = np.flatnonzero(np.diff(backslash))
-    starts, ends = edges[0::2], edges[1::2]
-    # The length of the backslash run that ends right before each byte (0 for most).
-    run_before = np.zeros(codes.size + 1, np.int64)
-    run_before[ends] = ends - starts
-    quotes = quotes[run_before[quotes] % 2 == 0]
-    return np.searchsorted(quotes, at) % 2 == 1
+    quotes = codes == ord('"')
+    if not quotes.any():
+        return None
+    after_backslash = np.flatnonzero(quotes[1:] & (codes[:-1] == ord("\\"))) + 1
+    if after_backslash.size:
+        backslash = np.concatenate(([0], codes == ord("\\"), [0])).astype(np.int8)
+        edges = np.flatnonzero(np.diff(backslash))
+        starts, ends = edges[0::2], edges[1::2]
+        # Each such quote is where a run ends: mark the ends of odd-length runs.
+        odd_run_ends = np.zeros(codes.size + 1, bool)
+        odd_run_ends[ends[(ends - starts) % 2 == 1]] = True
+        quotes[after_backslash[odd_run_ends[after_backslash]]] = False
+    return quotes
 
 
 def check_module_text(text: str) -> None:
