@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from test_api_support import (
     SAMPLES_TOKEN,
@@ -124,6 +125,16 @@ def test_retrain_uses_stored_samples_with_the_shipped_rows(tmp_path, wrong_model
     _, holdout = holdout_split(training_frame(app.extensions["costmodel"]), 0.2)
     assert (result["rows"], result["samples"], result["dropped_samples"]) == (42, 12, 0)
     assert result["holdout_rows"] == len(holdout)
+
+
+def test_the_holdout_keeps_every_row_on_its_side_as_rows_arrive():
+    first = rows(30, seed=2)
+    grown = pd.concat([first, rows(200, seed=5)], ignore_index=True)
+    _, held_first = holdout_split(first, 0.2)
+    train_grown, held_grown = holdout_split(grown, 0.2)
+    assert set(held_first["row_id"]) == set(held_grown["row_id"]) & set(first["row_id"])
+    assert len(held_grown) + len(train_grown) == 230
+    assert (len(held_first), len(held_grown)) == (4, 43)
 
 
 # -- promotion on fair ground, on real measured rows -----------------------------------------
