@@ -159,15 +159,27 @@ def compare(candidate, current, train_rows: pd.DataFrame, holdout: pd.DataFrame,
         return Verdict(math.isfinite(score_new), len(holdout), score_new, None, None, None, False)
     score_current = holdout_score(current, holdout)
     saw = current_rows is None or bool(holdout["row_id"].isin(list(current_rows)).any())
-    refit = None
-    if saw and (params := recipe(current)) is not None:
-        known = train_rows if current_rows is None else train_rows[
-            train_rows["row_id"].isin(list(current_rows))]
-        refit = holdout_score(train(known, backend, target, **params), holdout) if len(
-            known) >= 2 else None
+    refit = _refit_score(current, train_rows, holdout, current_rows, backend, target) if saw \
+        else None
     to_beat = max(score_current, refit) if refit is not None else score_current
     return Verdict(score_new < to_beat, len(holdout), score_new, score_current, refit, to_beat,
                    saw)
+
+
+def _refit_score(current, train_rows: pd.DataFrame, holdout: pd.DataFrame,
+                 current_rows: Collection[str] | None, backend: str, target: str
+                 ) -> float | None:
+    """Holdout score of `current`'s recipe fitted on the training rows it knew; None when
+    it has no recipe or those rows cannot train one (then its own score stands)."""
+    params = recipe(current)
+    known = train_rows if current_rows is None else train_rows[
+        train_rows["row_id"].isin(list(current_rows))]
+    if params is None:
+        return None
+    try:
+        return holdout_score(train(known, backend, target, **params), holdout)
+    except ValueError:  # too few rows with a label
+        return None
 
 
 def recipe(estimator) -> dict | None:
