@@ -89,11 +89,11 @@ if uses("jax.example_libraries", "jax.example_libraries.stax"):
     real_family("jax.example_libraries", "stax_convnet_step",
                 "jax.example_libraries stax CNN with BatchNorm under optimizers.* step.",
                 build_stax_convnet_step,
-                param_grid(depth=(2, 4, 8, 16), channels=(16, 64), optimizer=("adam", "rmsprop")))
+                param_grid(depth=(2, 4, 8, 16, 32), channels=(16, 64), optimizer=("adam", "rmsprop")))
     real_family("jax.example_libraries", "stax_resnet_step",
                 "stax residual network of FanOut/parallel/FanInSum blocks, momentum step.",
                 build_stax_resnet_step,
-                param_grid(blocks=(1, 2, 4, 8, 16), channels=(16, 64)))
+                param_grid(blocks=(1, 2, 4, 8, 16, 32, 48), channels=(16, 64)))
     real_family("jax.example_libraries", "stax_mlp_step",
                 "stax deep MLP under each jax.example_libraries optimizer.",
                 build_stax_mlp_step,

@@ -100,7 +100,7 @@ if uses("optax", "optax"):
     real_family("optax", "optax_zoo_step",
                 "One step of an optax optimizer (LAMB, Lion, Adafactor, Yogi, ...) on an MLP.",
                 build_optax_zoo_step,
-                param_grid(optimizer=_OPTIMIZERS, layers=(2, 8, 32, 96)))
+                param_grid(optimizer=_OPTIMIZERS, layers=(2, 8, 32, 96, 160)))
     real_family("optax", "optax_partitioned_step",
                 "optax.MultiSteps around multi_transform (clipped AdamW / SGD) plus an EMA.",
                 build_optax_partitioned_step,
