@@ -301,8 +301,12 @@ def cmd_serve(args) -> int:
     from costmodel.api.serve import serve
 
     models = served_models(args.model)
+    # Unset thread and timeout options leave serve()'s own defaults in force.
+    tuning = {name: value for name, value in (("threads", args.threads),
+                                              ("read_timeout", args.read_timeout))
+              if value is not None}
     serve(host=args.host, port=args.port, workers=args.workers,
-          config=None if models is None else {"MODEL_PATHS": models})
+          config=None if models is None else {"MODEL_PATHS": models}, **tuning)
     return 0
 
 
@@ -401,6 +405,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="interface to bind")
     p.add_argument("--port", type=port, default=8000, help="TCP port (0: any free one)")
     p.add_argument("--workers", type=count, default=2, help="gunicorn worker processes")
+    p.add_argument("--threads", type=count, default=None,
+                   help="request threads per worker, 64 when unset (a half-sent request "
+                        "holds one)")
+    p.add_argument("--read-timeout", type=seconds, default=None,
+                   help="seconds a request may take to arrive before it gets 408, 10 when unset")
     p.add_argument("--model", action="append", default=[],
                    help="serve this model folder for the backend and target it was trained "
                         "for, instead of the shipped one; repeat per model")

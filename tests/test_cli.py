@@ -173,6 +173,9 @@ def test_serve_passes_each_model_for_its_backend(monkeypatch, tmp_path):
     assert seen["config"]["MODEL_PATHS"] == {("cpu", ""): mine,
                                              ("gpu", "h100"): default_path("gpu", "h100")}
     assert cli.main(["serve", "--port", "0"]) == 0 and seen["config"] is None
+    assert "threads" not in seen and "read_timeout" not in seen  # serve()'s defaults
+    assert cli.main(["serve", "--port", "0", "--threads", "8", "--read-timeout", "2.5"]) == 0
+    assert (seen["threads"], seen["read_timeout"]) == (8, 2.5)
 
 
 # evaluate ------------------------------------------------------------------------
