@@ -37,6 +37,15 @@ def examples():
         return f, (jax.ShapeDtypeStruct((32, 64), jnp.float32),
                    jax.ShapeDtypeStruct((64, 64), jnp.float32))
 
+    def stages(steps=500):
+        def f(x, ws):
+            for _ in range(steps):  # four distinct weights per step, unrolled
+                for w in ws:
+                    x = jnp.tanh(x @ w)
+            return x
+        return f, (jax.ShapeDtypeStruct((8, 16), jnp.float32),
+                   [jax.ShapeDtypeStruct((16, 16), jnp.float32)] * 4)
+
     def transformer(layers=4, d=128, seq=64):
         def block(x, w):
             q, k, v = x @ w[0], x @ w[1], x @ w[2]
@@ -57,7 +66,8 @@ def examples():
         return f, (jax.ShapeDtypeStruct((16, 1024), jnp.float32),)
 
     return [("mlp (grad, 4 layers)", mlp), ("loop unrolled 300", unrolled),
-            ("loop as lax.scan 300", scanned), ("transformer 4 layers", transformer),
+            ("loop as lax.scan 300", scanned), ("4 stages x 500 unrolled", stages),
+            ("transformer 4 layers", transformer),
             ("4 MB captured constant", constants)]
 
 
@@ -71,15 +81,19 @@ def _measure(build) -> float:
     return time.perf_counter() - start
 
 
-def run(compile_programs: bool = True, budget_seconds: float = 5.0, as_json: bool = False):
+def run(compile_programs: bool = True, budget_seconds: float = 1.0, as_json: bool = False):
     """Print the demo table (or return rows as JSON-ready dicts)."""
     import jax
 
     from ._advise import advise
+    from ._predict import _fmt_seconds
 
     jax.config.update("jax_enable_compilation_cache", False)
     if compile_programs:  # the first compile in a process pays one-off start-up costs
         _measure(examples()[0][1])
+    if not as_json:
+        print(f"advice judged against a compile budget of {_fmt_seconds(budget_seconds)} "
+              "(--budget)")
     rows = []
     for name, build in examples():
         fn, args = build()

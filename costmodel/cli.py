@@ -343,7 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("demo", cmd_demo, "predict, advise and compile a few example programs")
     p.add_argument("--no-compile", action="store_true", help="predict only")
-    p.add_argument("--budget", type=seconds, default=5.0, help="compile budget in seconds")
+    p.add_argument("--budget", type=seconds, default=1.0, help="compile budget in seconds")
 
     shipped_gpu = [t for b, t in shipped_models() if b == "gpu"]
     for name, func, help_text in (("predict", cmd_predict, "predict compile time and memory"),

@@ -193,3 +193,14 @@ def test_evaluate_defaults_to_the_shipped_data_and_shows_progress(monkeypatch, c
     captured = capsys.readouterr()
     assert json.loads(captured.out) == {"n": len(pd.read_parquet(SHIPPED_CPU))}
     assert "evaluate cpu" in captured.err and "32/33" in captured.err
+
+
+def test_demo_prints_its_budget_and_changes_one_program(capsys):
+    from costmodel import _demo
+
+    rows = _demo.run(compile_programs=False)
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "advice judged against a compile budget of 1 s (--budget)"
+    advice = {row["program"]: row["advice"] for row in rows}
+    assert advice.pop("4 stages x 500 unrolled") == "scan"
+    assert set(advice.values()) == {"keep"}
