@@ -7,6 +7,7 @@ tests check that the rewritten program computes what the original does.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 _JIT_PRIMITIVES = {"jit", "pjit", "closed_call", "core_call"}
@@ -170,6 +171,52 @@ def constants_as_arguments(closed_jaxpr):
     return fn, shapes
 
 
+def _jax_file(path: str) -> bool:
+    return f"{os.sep}jax{os.sep}" in path or path.startswith(f"jax{os.sep}")
+
+
+def is_user_jit(eqn) -> bool:
+    """Whether an inner jit is one the user can call on its own, outside the outer jit.
+
+    jax.numpy wraps many functions in jits of its own: some are called from jax's code
+    (`_take`, `_where` behind `jnp.take`, `jnp.where`), others are public functions
+    jitted where jax defines them (`jnp.clip`). Neither is a split a user can make.
+    """
+    if eqn.primitive.name not in _JIT_PRIMITIVES:
+        return False
+    name = str(eqn.params.get("name", ""))
+    for module in _jax_namespaces():
+        public = getattr(module, name, None)
+        if callable(public) and str(getattr(public, "__module__", "")).startswith("jax"):
+            return False
+    traceback = eqn.source_info.traceback
+    # Innermost first: jax's tracing machinery, then whoever called the jitted function.
+    for frame in traceback.frames if traceback is not None else ():
+        if not _jax_file(frame.file_name):
+            return True
+        if not _machinery(frame.file_name):
+            return False  # called from jax's own library code
+    return False
+
+
+_MACHINERY = ("source_info_util", "interpreters", "core.py", "pjit.py", "api.py",
+              "traceback_util", "linear_util", "api_util", "profiler.py", "dispatch.py",
+              "stages.py", "config.py")
+
+
+def _machinery(path: str) -> bool:
+    """jax's own tracing and dispatch code, as opposed to its library (numpy, lax, nn)."""
+    return any(part in path for part in _MACHINERY)
+
+
+def _jax_namespaces():
+    import jax
+    import jax.numpy as jnp
+    import jax.scipy.special
+
+    return (jnp, jax.nn, jax.lax, jax.scipy.special, jnp.linalg, jax.random)
+
+
 def inner_jit_parts(closed_jaxpr):
     """The programs compiled when each inner jit is jitted on its own: the distinct inner
     jits (identical ones compile once) and the glue around them, as (fn, arg_shapes, name).
@@ -183,7 +230,7 @@ def inner_jit_parts(closed_jaxpr):
     jaxpr = closed_jaxpr.jaxpr
     parts, seen = [], set()
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name not in _JIT_PRIMITIVES:
+        if not is_user_jit(eqn):
             continue
         inner = eqn.params["jaxpr"]
         key = (str(inner), tuple((v.aval.shape, str(v.aval.dtype)) for v in eqn.invars))
@@ -199,7 +246,7 @@ def inner_jit_parts(closed_jaxpr):
         env.update(zip(jaxpr.invars, args))
         rest = []
         for eqn in jaxpr.eqns:
-            if eqn.primitive.name in _JIT_PRIMITIVES:
+            if is_user_jit(eqn):
                 _eval_eqns(rest, env)
                 rest = []
                 for var in eqn.outvars:  # the separately compiled part's result arrives here
@@ -209,7 +256,7 @@ def inner_jit_parts(closed_jaxpr):
         _eval_eqns(rest, env)
         return [_reader(env)(v) for v in jaxpr.outvars]
 
-    if all(eqn.primitive.name in _JIT_PRIMITIVES for eqn in jaxpr.eqns):
+    if all(is_user_jit(eqn) for eqn in jaxpr.eqns):
         return parts, None
     shapes = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in jaxpr.invars]
     return parts, (glue, shapes, "glue")

@@ -137,3 +137,24 @@ def test_advice_on_the_multi_stage_loop_names_its_block_and_line():
     assert "500 identical blocks of 8 operations starting at " in advice.reason
     assert "tests/test_rewrite.py:" in advice.reason  # the user's line
     assert best.predicted_compile_seconds < advice.prediction.compile_seconds / 3
+
+
+def test_only_jits_the_user_wrote_are_split_out():
+    # jnp.take and jnp.where call jits of jax's own (_take, _where); jnp.clip is one.
+    inner = jax.jit(lambda a: jnp.sin(a) * 2.0)
+
+    def f(x, i):
+        picked = jnp.take(x, i, axis=0)
+        return (inner(picked).sum() + jnp.clip(x, 0, 1).sum()
+                + jnp.where(x > 0, x, 0.0).sum())
+
+    i = jnp.array([1, 2])
+    traced = jax.jit(f).trace(X, i)
+    jits = {str(e.params["name"]): _rewrite.is_user_jit(e) for e in traced.jaxpr.jaxpr.eqns
+            if e.primitive.name in ("jit", "pjit")}
+    assert jits == {"_take": False, "clip": False, "_where": False, "<lambda>": True}
+    parts, (glue, shapes, _) = _rewrite.inner_jit_parts(traced.jaxpr)
+    assert [name for _, _, name in parts] == ["<lambda>"]
+    # jax's own jits stay in the glue, which still computes everything but the part
+    assert float(jax.jit(glue)(X, i)[0]) == pytest.approx(
+        float(jnp.clip(X, 0, 1).sum() + jnp.where(X > 0, X, 0.0).sum()), rel=1e-6)
