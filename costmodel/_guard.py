@@ -38,7 +38,12 @@ def _signature(args: tuple, kwargs: dict, static: set[int], static_names: set[st
 
 
 class GuardedJit:
-    """A jitted function that checks its predicted compile time on each new signature."""
+    """A jitted function that checks its predicted compile time on each new signature.
+
+    JAX calls the Python function it jits only on its own cache miss, to trace it. The
+    guard lives there: `costmodel.jit` hands out jax's own jitted function, so a warm call
+    runs no Python of ours, and a new signature is advised on once, before the compile.
+    """
 
     def __init__(self, fun, budget_seconds: float, on_exceed: str, backend: str | None,
                  target: str | None, jit_kwargs: dict) -> None:
@@ -46,7 +51,13 @@ class GuardedJit:
 
         if on_exceed not in ("warn", "raise"):
             raise ValueError(f"on_exceed must be 'warn' or 'raise', not {on_exceed!r}")
-        self._jitted = jax.jit(fun, **jit_kwargs)
+        self._plain = jax.jit(fun, **jit_kwargs)  # what advice lowers
+        self._fun = fun
+        @functools.wraps(fun)  # jax reads the signature (static_argnames) through it
+        def traced(*args: Any, **kwargs: Any):
+            return self._on_trace(*args, **kwargs)
+
+        self._jitted = jax.jit(traced, **jit_kwargs)
         self._budget = float(budget_seconds)
         self._on_exceed = on_exceed
         self._backend, self._target = backend, target
@@ -55,28 +66,42 @@ class GuardedJit:
         self._static = {nums} if isinstance(nums, int) else set(nums)
         self._static_names = {names} if isinstance(names, str) else set(names)
         self._checked: dict = {}
-        functools.update_wrapper(self, fun)
 
     def check(self, *args: Any, **kwargs: Any) -> Advice:
         """Predict (and advise on) the compile for these arguments, without compiling."""
         key = _signature(args, kwargs, self._static, self._static_names)
         if key not in self._checked:
-            self._checked[key] = advise(self._jitted, *args, budget_seconds=self._budget,
+            self._checked[key] = advise(self._plain, *args, budget_seconds=self._budget,
                                         backend=self._backend, target=self._target, **kwargs)
         return self._checked[key]
 
-    def __call__(self, *args: Any, **kwargs: Any):
-        key = _signature(args, kwargs, self._static, self._static_names)
-        fresh = key not in self._checked
-        advice = self.check(*args, **kwargs)
-        if fresh and advice.prediction.compile_seconds > self._budget:
+    def _on_trace(self, *args: Any, **kwargs: Any):
+        # Traced arguments become their shapes; static ones come as the values they are.
+        abstract_args, abstract_kwargs = _abstract((args, kwargs))
+        advice = self.check(*abstract_args, **abstract_kwargs)
+        if advice.prediction.compile_seconds > self._budget:
             if self._on_exceed == "raise":
                 raise CompileBudgetExceeded(advice)
             warnings.warn(str(advice), CompileBudgetWarning, stacklevel=2)
-        return self._jitted(*args, **kwargs)
+        return self._fun(*args, **kwargs)
 
-    def __getattr__(self, name: str):
-        return getattr(self._jitted, name)  # lower, trace, eval_shape, ...
+    def jitted(self):
+        """The jax.jit function users call: its own call path, `check` and `guard` added."""
+        self._jitted.check = self.check
+        self._jitted.guard = self
+        return self._jitted
+
+
+def _abstract(tree):
+    import jax
+
+    def leaf(x):
+        aval = getattr(x, "aval", None)
+        if isinstance(x, jax.core.Tracer) and aval is not None:
+            return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+        return x
+
+    return jax.tree_util.tree_map(leaf, tree)
 
 
 def jit(fun=None, *, budget_seconds: float = 10.0,
@@ -92,4 +117,4 @@ def jit(fun=None, *, budget_seconds: float = 10.0,
     if fun is None:
         return functools.partial(jit, budget_seconds=budget_seconds, on_exceed=on_exceed,
                                  backend=backend, target=target, **jit_kwargs)
-    return GuardedJit(fun, budget_seconds, on_exceed, backend, target, jit_kwargs)
+    return GuardedJit(fun, budget_seconds, on_exceed, backend, target, jit_kwargs).jitted()

@@ -128,3 +128,28 @@ def test_gpu_prediction_uses_the_gpu_model():
     p = costmodel.predict(unrolled(20), X, W, backend="gpu")
     assert (p.backend, p.target) == ("gpu", "h100")
     assert p.model_version != costmodel.predict(unrolled(20), X, W).model_version
+
+
+def test_guard_advises_only_on_jax_cache_misses(monkeypatch):
+    from costmodel import _guard
+
+    calls = []
+    real = _guard.advise
+    monkeypatch.setattr(_guard, "advise", lambda *a, **k: calls.append(a) or real(*a, **k))
+
+    def f(x, n, scale=1.0):
+        for _ in range(n):
+            x = jnp.tanh(x) * scale
+        return x
+
+    guarded = costmodel.jit(f, budget_seconds=60, static_argnums=1, static_argnames="scale")
+    assert type(guarded) is type(jax.jit(f))  # jax's own call path, nothing around it
+    for _ in range(3):
+        np.testing.assert_allclose(guarded(jnp.ones(3), 2), np.tanh(np.tanh(np.ones(3))),
+                                   rtol=1e-6)
+    assert len(calls) == 1
+    guarded(jnp.ones(3), 3)                # a new static value is a new program
+    guarded(jnp.ones(3), 3, scale=2.0)
+    guarded(jnp.ones(4), 3, scale=2.0)     # and a new shape
+    assert len(calls) == 4
+    assert guarded.check(jnp.ones(4), 3, scale=2.0).prediction.compile_seconds > 0
