@@ -7,6 +7,7 @@ dataset; the model itself reads StableHLO features only.
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -210,10 +211,22 @@ def _repeat_of_period(seq: np.ndarray, period: int) -> tuple[int, int, int]:
     return period, (int(ends[k] - starts[k]) + period) // period, int(starts[k])
 
 
+_LIBRARY_DIRS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
+
+
 def _source_line(eqn) -> str:
+    """Where the user's own code made `eqn`: the innermost frame outside jax and outside
+    installed packages ("model.py:41:8 (Block.__call__)"), so advice names the user's
+    layer, not flax's LayerNorm; jax's own summary when every frame is library code."""
     try:
         from jax._src import source_info_util
 
+        traceback = eqn.source_info.traceback
+        for frame in traceback.frames if traceback is not None else ():
+            path = frame.file_name
+            if source_info_util.is_user_filename(path) and not any(
+                    part in path for part in _LIBRARY_DIRS):
+                return f"{path}:{frame.line_num} ({frame.function_name})"
         return source_info_util.summarize(eqn.source_info)
     except Exception:  # source info is best effort: private API, may change
         return ""

@@ -418,3 +418,26 @@ def test_case_results_times_branches_squared():
     # the switch: 2 results x 3 branches squared; the cond: 1 result x 2 branches squared
     assert feats["case_count"] == 2
     assert feats["case_result_branch_squares"] == 2 * 3 ** 2 + 1 * 2 ** 2
+
+
+def test_repeated_block_is_named_by_the_users_frame_not_an_installed_library(tmp_path,
+                                                                            monkeypatch):
+    # A layer from an installed package (flax's LayerNorm, say) starts each block: the
+    # advice should point at the user's line that calls it.
+    package = tmp_path / "site-packages"
+    package.mkdir()
+    (package / "fake_layers.py").write_text(
+        "import jax.numpy as jnp\n\ndef norm(x):\n    return x / jnp.sqrt(jnp.mean(x * x))\n")
+    monkeypatch.syspath_prepend(str(package))
+    import fake_layers
+
+    def f(x, w):
+        for _ in range(6):
+            x = jnp.tanh(fake_layers.norm(x) @ w)
+        return x
+
+    source = F.extract(f, X, X).info["repeated_block"]["source"]
+    assert "fake_layers.py" not in source
+    assert source.startswith(__file__) and source.endswith("(test_repeated_block_is_named_by_"
+                                                           "the_users_frame_not_an_installed_"
+                                                           "library.<locals>.f)")
