@@ -22,7 +22,7 @@ SMALLEST = {"keras": "keras_lstm_step", "dm-haiku": "haiku_vqvae_step", "flax": 
             "penzai": "penzai_neox_logits", "flowjax": "flowjax_mle_step",
             "netket": "netket_autoregressive_vmc", "jaxley": "jaxley_cell",
             "sympy2jax": "sympy2jax_fit_step", "jax.example_libraries": "stax_mlp_step"}
-MIN_PROGRAMS, MIN_LIBRARIES = 300, 12  # with the [corpus] extra installed
+MIN_PROGRAMS, MIN_LIBRARIES = 650, 16  # reached with the [corpus] extra (the issue asks 300 from 12)
 
 
 def _real() -> dict[str, corpus.Family]:

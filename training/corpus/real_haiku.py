@@ -113,9 +113,10 @@ if uses("dm-haiku", "haiku", "optax"):
     real_family("dm-haiku", "haiku_gru_stack_step",
                 "Haiku DeepRNN of GRUs, static_unroll or dynamic_unroll, Adam step.",
                 build_haiku_gru_stack,
+                # static 128 x 1 compiled in 210 s here: unrolled, 64 steps of one layer is the top
                 param_grid(steps=(8, 16, 32, 64, 128), depth=(1, 2, 4), unroll=("static", "dynamic"),
-                           where=lambda p: (p["steps"] * p["depth"] <= 128 if p["unroll"] == "static"
-                                            else p["steps"] in (16, 128))))
+                           where=lambda p: (p["steps"] <= 32 or p["steps"] == 64 and p["depth"] == 1
+                                            if p["unroll"] == "static" else p["steps"] in (16, 128))))
     real_family("dm-haiku", "haiku_thin_resnet_step",
                 "hk.nets.ResNet with narrow channels and 1-6 blocks per group, SGD step.",
                 build_haiku_thin_resnet_step,
