@@ -33,7 +33,10 @@ def nesting_depth(text: str) -> int:
         >>> nesting_depth('func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {"}"}')
         2
     """
-    codes = np.frombuffer(text.encode("utf-8", "surrogatepass"), np.uint8)
+    return _depth(np.frombuffer(text.encode("utf-8", "surrogatepass"), np.uint8))
+
+
+def _depth(codes: np.ndarray) -> int:
     steps = _BRACKET_STEP[codes]
     at = np.flatnonzero(steps)
     # `->` is an arrow, not a closing bracket.
@@ -70,13 +73,13 @@ def _unescaped_quotes(codes: np.ndarray) -> np.ndarray | None:
 def check_module_text(text: str) -> None:
     """Raise `RefusedText` when `text` is not safe to hand to the MLIR parser."""
     try:
-        text.encode("utf-8")
+        encoded = text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise RefusedText(f"is not valid Unicode: a lone surrogate at character {exc.start}; "
                           "send UTF-8 text") from None
     nul = text.find("\0")
     if nul >= 0:
         raise RefusedText(f"contains a NUL character at position {nul}")
-    depth = nesting_depth(text)
+    depth = _depth(np.frombuffer(encoded, np.uint8))  # encoded once, for both checks
     if depth > MAX_NESTING:
         raise RefusedText(f"nests {depth} levels deep; at most {MAX_NESTING} are accepted")
