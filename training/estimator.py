@@ -181,7 +181,7 @@ class CompileCostModel:
         tree_exclude: Features the trees do not read (`BACKEND_TERMS` holds a backend's own).
         max_iter, learning_rate, max_leaf_nodes, min_samples_leaf, l2_regularization:
             Passed to `HistGradientBoostingRegressor`.
-        n_threads: OpenMP threads for the trees while fitting; on small data one is as
+        n_threads: OpenMP and BLAS threads while fitting; on small data one is as
             fast, and many spin badly on a busy machine. Predictions use numpy only.
         random_state: Seed for fold shuffling and the trees.
 
@@ -232,7 +232,10 @@ class CompileCostModel:
         """
         from threadpoolctl import threadpool_limits
 
-        with threadpool_limits(limits=self.n_threads, user_api="openmp"):
+        # BLAS too: the baseline's bounded least squares takes an SVD of its Jacobian each
+        # step, and OpenBLAS spinning two threads on a busy 2-core machine made each one
+        # 60x slower (20 ms -> 1.25 s; 270 s of a 314 s fit)
+        with threadpool_limits(limits=self.n_threads):
             return self._fit(X, y, groups, reference)
 
     def _fit(self, X, y: Mapping[str, Sequence[float]], groups: Sequence | None,
