@@ -23,7 +23,7 @@ import importlib.metadata
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _scoring import arguments, f32, i32, score, selected
+from _scoring import arguments, f32, i32, run, selected
 
 LIBRARIES = ("dm-haiku", "flax", "optax", "diffrax", "equinox", "optimistix", "numpyro",
              "blackjax")
@@ -343,8 +343,7 @@ def main() -> None:
     args = arguments(__doc__.splitlines()[0])
     versions = {name: importlib.metadata.version(name) for name in LIBRARIES}
     print(", ".join(f"{name} {version}" for name, version in versions.items()))
-    score(selected(PROGRAMS, args.only), args.rounds, args.json, {"libraries": versions},
-          target=args.target)
+    run(selected(PROGRAMS, args.only), args, {"libraries": versions})
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _scoring import arguments, f32, i32, score, selected
+from _scoring import arguments, f32, i32, run, selected
 from jax import lax
 
 # image layouts of the convolution programs
@@ -315,7 +315,7 @@ PROGRAMS = {
 
 def main() -> None:
     args = arguments(__doc__.splitlines()[0])
-    score(selected(PROGRAMS, args.only), args.rounds, args.json, target=args.target)
+    run(selected(PROGRAMS, args.only), args)
 
 
 if __name__ == "__main__":

@@ -265,7 +265,7 @@ def cmd_evaluate(args) -> int:
             bar.set_postfix_str(fold, refresh=False)
             bar.update()
 
-        result = run_evaluation(rows, backend, target, progress=done)
+        result = run_evaluation(rows, backend, target, progress=done, jobs=args.jobs)
         if args.plots:  # plots reuse the held-out predictions of the evaluation just run
             from costmodel.training.plots import write_all
 
@@ -392,11 +392,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=None, help="model name (default: the --out folder's)")
     measuring_target(p)
 
-    p = add("evaluate", cmd_evaluate, "leave-one-family-out and extrapolation evaluation")
+    p = add("evaluate", cmd_evaluate, "leave-one-family-out, leave-one-library-out and "
+                                      "extrapolation evaluation")
     p.add_argument("--data", nargs="+", default=None,
                    help="dataset files or folders (default: the shipped data of the backend "
                         "and target)")
     p.add_argument("--plots", default=None, help="folder for PNG plots")
+    p.add_argument("--jobs", type=count, default=1,
+                   help="processes fitting folds side by side (each one thread)")
     measuring_target(p)
 
     add("calibrate", cmd_calibrate, "measure this machine's speed against the model's")

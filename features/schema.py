@@ -13,8 +13,8 @@ from typing import Any
 
 # 2: f64 tensors counted as 8 bytes (were 1); 3: structure features; 4: cheap one-array ops
 # duplicated into fused consumers when another consumer does not fuse; 5: layout_transposes;
-# 6: kernels per sequence, case results x branches squared
-SCHEMA_VERSION = 6
+# 6: kernels per sequence, case results x branches squared; 7: constant folding
+SCHEMA_VERSION = 7
 
 # Coarse op categories shared by the jaxpr and StableHLO extractors.
 CATEGORIES = (
@@ -63,6 +63,10 @@ STABLEHLO_FEATURES = (
     "constant_count",
     "dense_constant_bytes",   # non-splat constants: what constant folding has to chew on
     "largest_constant_bytes",
+    "fold_ops",               # ops computed from constants alone: XLA evaluates them
+    "fold_elements",          # their interpreter work: elements each reads or writes
+    "fold_dot_flops",         # but dots and convolutions (library calls): their flops
+    "fold_bytes",             # bytes of the constants they produce
     "tensor_max_elements",
     "tensor_sum_elements",
     "tensor_max_rank",

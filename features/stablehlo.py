@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from .categories import EXPENSIVE_HLO, FUSIBLE_HLO, HLO_STRUCTURAL, INDEXING_HLO, hlo_category
+from .constant_folding import ConstantFolding
 from .schema import CATEGORIES, HISTOGRAM_OPS, STABLEHLO_FEATURES
 from .text_guard import StableHLOParseError, check_module_text
 
@@ -654,6 +655,18 @@ def _kernel_sequences(name: str, tallies: dict[str, _FunctionTally], memo: dict,
     return memo[name]
 
 
+def _dot_flops(tensor):
+    """Flops of a dot or convolution op, None for other ops (for `ConstantFolding`)."""
+    def flops(op, name: str) -> float | None:
+        if name in ("dot_general", "dot"):
+            return _dot_stats(op, tensor)[0]
+        if name == "convolution":
+            return _conv_stats(op, tensor)[0]
+        return None
+
+    return flops
+
+
 def stablehlo_features(module) -> tuple[dict[str, float], dict]:
     """Compute every `STABLEHLO_FEATURES` value of a parsed module, plus details for `info`."""
     from jax._src.lib.mlir import ir
@@ -678,6 +691,7 @@ def stablehlo_features(module) -> tuple[dict[str, float], dict]:
     walker = _Walker(funcs)
     tallies = {name: walker.function(name) for name in funcs}
     combined = _combine(entry, tallies, {})
+    folds, _ = ConstantFolding(funcs, walker._tensor, _dot_flops(walker._tensor)).function(entry)
 
     raw_ops = sum(t.ops for t in tallies.values())
     values: dict[str, float] = dict.fromkeys(STABLEHLO_FEATURES, 0.0)
@@ -699,6 +713,10 @@ def stablehlo_features(module) -> tuple[dict[str, float], dict]:
     values["constant_count"] = sum(t.constants for t in tallies.values())
     values["dense_constant_bytes"] = sum(t.dense_constant_bytes for t in tallies.values())
     values["largest_constant_bytes"] = max(t.largest_constant for t in tallies.values())
+    values["fold_ops"] = folds.ops
+    values["fold_elements"] = folds.elements
+    values["fold_dot_flops"] = folds.dot_flops
+    values["fold_bytes"] = folds.bytes
     values["tensor_max_elements"] = max(t.tensor_max for t in tallies.values())
     values["tensor_sum_elements"] = sum(t.tensor_sum for t in tallies.values())
     values["tensor_max_rank"] = max(t.max_rank for t in tallies.values())

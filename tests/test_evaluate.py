@@ -148,3 +148,15 @@ def test_interval_residuals_hold_out_libraries_where_rows_have_one(synthetic_row
     rows = synthetic_rows(np.geomspace(100, 1000, 6), families=2)
     rows["library"] = ["", "", "flax", "flax", "keras", ""]
     assert holdout_groups(rows).tolist() == ["fam0", "fam1", "flax", "flax", "keras", "fam1"]
+
+
+def test_folds_fitted_in_parallel_processes_predict_what_one_process_does(synthetic_rows):
+    from costmodel.training.evaluate import predictions
+
+    rows = synthetic_rows(np.geomspace(100, 3000, 40))
+    params = {"max_iter": 10, "n_folds": 3}
+    serial = predictions(rows, "leave_family_out", params=params)
+    parallel = predictions(rows, "leave_family_out", params=params, jobs=2)
+    assert len(serial) == len(parallel) > 0
+    np.testing.assert_array_equal(serial["point"].to_numpy(), parallel["point"].to_numpy())
+    np.testing.assert_array_equal(serial["hi"].to_numpy(), parallel["hi"].to_numpy())

@@ -441,3 +441,38 @@ def test_repeated_block_is_named_by_the_users_frame_not_an_installed_library(tmp
     assert source.startswith(__file__) and source.endswith("(test_repeated_block_is_named_by_"
                                                            "the_users_frame_not_an_installed_"
                                                            "library.<locals>.f)")
+
+
+_A = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+_B = np.random.default_rng(1).standard_normal((64, 64)).astype(np.float32)
+
+
+def _sine_times(a, b):
+    return jnp.sin(a) * b
+
+
+_N = 64 * 64  # elements of one table
+
+
+@pytest.mark.parametrize("fn, ops, elements, dot_flops", [
+    # a product of two captured tables: XLA evaluates the dot while compiling
+    (lambda x: x + jnp.asarray(_A) @ jnp.asarray(_B), 1, 0, 2 * 64**3),
+    # a captured table times an argument is run-time work
+    (lambda x: x @ _A, 0, 0, 0),
+    # constants flow into an inner jit, which is inlined before folding (sin reads one
+    # table, the product two)
+    (lambda x: x + jax.jit(_sine_times)(_A, _B), 2, _N + 2 * _N, 0),
+    # a loop's captured constant is sunk into its body and folded once, not per trip
+    (lambda x: lax.fori_loop(0, 10, lambda i, c: c + jnp.sin(jnp.asarray(_A)), x), 1, _N, 0),
+    # a broadcast scalar folds with a constant beside it ...
+    (lambda x: x + jnp.sin(jnp.asarray(_A)) * 3.0, 2, _N + 2 * _N, 0),
+    # ... but broadcasts are never folded, nor an op that reads only broadcasts
+    (lambda x: x + jnp.full((64, 64), 2.0) * 3.0, 0, 0, 0),
+])
+def test_constant_folding_counts_what_xla_evaluates_at_compile_time(fn, ops, elements,
+                                                                    dot_flops):
+    feats = F.extract(fn, jnp.ones((64, 64)))
+    assert feats["fold_ops"] == ops
+    assert feats["fold_elements"] == elements
+    assert feats["fold_dot_flops"] == dot_flops
+    assert feats["fold_bytes"] == ops * _N * 4

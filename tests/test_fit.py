@@ -213,3 +213,31 @@ def test_size_bands_bound_each_tercile_by_its_own_residuals():
 def test_models_fitted_before_size_bands_keep_one_band():
     lo, hi = interval_offsets({"lo": -0.5, "hi": 0.7}, np.array([1.0, 50.0]))
     assert lo.tolist() == [-0.5, -0.5] and hi.tolist() == [0.7, 0.7]
+
+
+def test_overhead_power_law_follows_the_rows_that_weigh_more():
+    # half the rows grow as ops^1, half as ops^2: the weighted side sets the exponent
+    ops = np.tile(np.geomspace(100, 1e5, 30), 2)
+    z = np.log(np.r_[1e-4 * ops[:30], 1e-7 * ops[30:] ** 2])
+    logs = np.log(ops)[:, None]
+    linear = overhead_power_law(logs, z, weight=np.r_[np.full(30, 1000.0), np.ones(30)])
+    square = overhead_power_law(logs, z, weight=np.r_[np.ones(30), np.full(30, 1000.0)])
+    assert linear[2] == pytest.approx(1.0, abs=0.1)
+    assert square[2] == pytest.approx(2.0, abs=0.1)
+
+
+def test_real_programs_weigh_real_weight_times_a_synthetic_row(synthetic_rows):
+    from costmodel.training.fit import row_weights, split_options
+
+    rows = synthetic_rows(np.geomspace(100, 3000, 40))
+    rows["library"] = [""] * 20 + ["flax"] * 20
+    np.testing.assert_array_equal(row_weights(rows["library"], real_weight=4.0),
+                                  np.r_[np.ones(20), np.full(20, 4.0)])
+    assert split_options({"max_iter": 5, "real_weight": 4.0}) == ({"max_iter": 5},
+                                                                  {"real_weight": 4.0})
+    # labels of the real half are 8x the synthetic law: weighting them pulls predictions up
+    rows.loc[20:, "compile_seconds"] *= 8.0
+    probe = features_frame(rows.iloc[[25]])
+    low = train(rows, "cpu", **FAST, residual_model=False).predict(probe)
+    high = train(rows, "cpu", **FAST, residual_model=False, real_weight=50.0).predict(probe)
+    assert high["compile_seconds"]["point"][0] > 1.5 * low["compile_seconds"]["point"][0]

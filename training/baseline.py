@@ -46,7 +46,8 @@ def drift_power(logs: np.ndarray, z: np.ndarray, drift: np.ndarray,
 
 
 def overhead_power_law(logs: np.ndarray, z: np.ndarray, groups: np.ndarray | None = None,
-                       extra: np.ndarray | None = None) -> np.ndarray:
+                       extra: np.ndarray | None = None,
+                       weight: np.ndarray | None = None) -> np.ndarray:
     """`[a0, a1, b..., d..., c...]` of `z ~ log(exp(a0) + exp(a1 + logs @ b) + sum_j
     exp(d_j + c_j * extra_j))`: a fixed cost, a power law in the size counts (exponent of the
     first in [0, MAX_EXPONENT], the others in [0, 1]), and one added power law per column
@@ -57,7 +58,8 @@ def overhead_power_law(logs: np.ndarray, z: np.ndarray, groups: np.ndarray | Non
     An `extra` term is a cost that adds to the rest instead of scaling it: embedding large
     constants costs the same whether they feed four ops or four hundred. With `groups`,
     each group gets its own `a1` while fitting (levels differ by kind of program, the
-    growth does not); the returned `a1` is then refitted over all rows.
+    growth does not); the returned `a1` is then refitted over all rows. `weight` scales
+    each row's share of the loss.
     """
     from scipy.optimize import least_squares
 
@@ -68,13 +70,14 @@ def overhead_power_law(logs: np.ndarray, z: np.ndarray, groups: np.ndarray | Non
         len(z), int)
     n_groups = codes.max() + 1
     start = power_law_coef(logs, z)
+    root = np.ones(len(z)) if weight is None else np.sqrt(np.asarray(weight, float))
 
     def unpack(p: np.ndarray):
         return p[0], p[1:1 + n_groups], p[1 + n_groups:1 + n_groups + k], p[1 + n_groups + k:]
 
     def residual(p: np.ndarray) -> np.ndarray:
         a0, a1, b, added = unpack(p)
-        return _overhead(a0, a1[codes], b, added, logs, extra) - z
+        return root * (_overhead(a0, a1[codes], b, added, logs, extra) - z)
 
     lower = np.r_[-np.inf, np.full(n_groups, -np.inf), np.zeros(k), np.full(m, -np.inf),
                   np.zeros(m)]
@@ -88,7 +91,7 @@ def overhead_power_law(logs: np.ndarray, z: np.ndarray, groups: np.ndarray | Non
                floor - 1 - 0.5 * extra.max(axis=0, initial=0.0), np.full(m, 0.5)]
     p = least_squares(residual, p0, bounds=(lower, upper), loss="soft_l1", f_scale=0.5).x
     a0, a1_groups, b, added = unpack(p)
-    a1 = least_squares(lambda a: _overhead(a0, a[0], b, added, logs, extra) - z,
+    a1 = least_squares(lambda a: root * (_overhead(a0, a[0], b, added, logs, extra) - z),
                        [np.median(a1_groups)], loss="soft_l1", f_scale=0.5).x[0]
     return np.r_[a0, a1, b, added]
 

@@ -220,7 +220,8 @@ class CompileCostModel:
 
     def fit(self, X: pd.DataFrame | Sequence[Mapping[str, float]], y: Mapping[str, Sequence[float]], *,
             groups: Sequence | None = None,
-            reference: Sequence[float] | None = None) -> CompileCostModel:
+            reference: Sequence[float] | None = None,
+            sample_weight: Sequence[float] | None = None) -> CompileCostModel:
         """Fit one model per target of `y` (rows with a missing label are skipped).
 
         Args:
@@ -229,6 +230,8 @@ class CompileCostModel:
             y: Natural-unit labels by target name (seconds, bytes).
             groups: Program family per row; out-of-fold residuals hold out whole groups.
             reference: Seconds of the reference compile measured with each row.
+            sample_weight: How much each row counts in the baseline's least squares and
+                the trees (default: equally); intervals weigh residuals equally.
         """
         from threadpoolctl import threadpool_limits
 
@@ -236,16 +239,19 @@ class CompileCostModel:
         # step, and OpenBLAS spinning two threads on a busy 2-core machine made each one
         # 60x slower (20 ms -> 1.25 s; 270 s of a 314 s fit)
         with threadpool_limits(limits=self.n_threads):
-            return self._fit(X, y, groups, reference)
+            return self._fit(X, y, groups, reference, sample_weight)
 
     def _fit(self, X, y: Mapping[str, Sequence[float]], groups: Sequence | None,
-             reference: Sequence[float] | None) -> CompileCostModel:
+             reference: Sequence[float] | None,
+             sample_weight: Sequence[float] | None) -> CompileCostModel:
         self.feature_names_in_ = list(MODEL_FEATURES)
         table = self._checked(X)
         unknown = sorted(set(y) - set(TARGETS))
         if unknown:
             raise ValueError(f"unknown targets: {', '.join(unknown)}; known: {', '.join(TARGETS)}")
         groups = None if groups is None else np.asarray(groups)
+        weight = (np.ones(len(table)) if sample_weight is None
+                  else np.asarray(sample_weight, float))
         drift = np.zeros(len(table))
         self.reference_seconds_ = None
         if reference is not None:
@@ -273,7 +279,7 @@ class CompileCostModel:
                     rows, z, drift[keep], None if groups is None else groups[keep])
                 z = z - self.reference_power_ * drift[keep]
             self.models_[target] = self._fit_target(
-                target, rows, z, None if groups is None else groups[keep])
+                target, rows, z, None if groups is None else groups[keep], weight[keep])
         self.targets_ = tuple(y)
         return self
 
@@ -306,12 +312,12 @@ class CompileCostModel:
         return drift_power(X.log_counts(DRIFT_TERMS), z, drift, groups)
 
     def _fit_target(self, target: str, X: Table, z: np.ndarray,
-                    groups: np.ndarray | None) -> dict:
-        fitted = self._fit_parts(target, X, z, groups)
+                    groups: np.ndarray | None, weight: np.ndarray) -> dict:
+        fitted = self._fit_parts(target, X, z, groups, weight)
         base, trees = np.full(len(z), np.nan), np.zeros(len(z))
         for train, test in self._folds(len(z), groups):
             parts = self._fit_parts(target, X.rows(train), z[train],
-                                    None if groups is None else groups[train])
+                                    None if groups is None else groups[train], weight[train])
             base[test], trees[test] = self._predict_parts(target, parts, X.rows(test))
         seen = np.isfinite(base)
         residual = (z - base - trees)[seen]
@@ -321,11 +327,11 @@ class CompileCostModel:
         return fitted
 
     def _fit_parts(self, target: str, X: Table, z: np.ndarray,
-                   groups: np.ndarray | None) -> dict:
+                   groups: np.ndarray | None, weight: np.ndarray) -> dict:
         form = self.forms_[target]
         inputs, added = X.log_counts(self.terms_[target]), X.log_counts(self.added_[target])
         if form == "overhead" and inputs.shape[1]:
-            coef = overhead_power_law(inputs, z, groups, added)
+            coef = overhead_power_law(inputs, z, groups, added, weight)
         else:
             coef = power_law_coef(inputs, z, groups if form == "within" else None)
         base = baseline_log(coef, inputs, form, added)
@@ -337,7 +343,11 @@ class CompileCostModel:
                 l2_regularization=self.l2_regularization, early_stopping=False,
                 random_state=self.random_state)
             # only its trees are kept: predictions read the flat copy
-            forest = FlatForest(booster.fit(self._tree_inputs(X), z - base))
+            # equal weights as None: weighted binning (a weighted percentile per feature
+            # and bin) made a fit 5x slower
+            uniform = np.all(weight == weight[0])
+            forest = FlatForest(booster.fit(self._tree_inputs(X), z - base,
+                                            sample_weight=None if uniform else weight))
         return {"coef": coef, "forest": forest}
 
     def _predict_parts(self, target: str, fitted: dict,

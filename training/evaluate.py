@@ -43,7 +43,9 @@ from .fit import (
     libraries,
     model_params,
     normalized_seconds,
+    row_weights,
     select_rows,
+    split_options,
 )
 from .outside import card_section
 
@@ -132,6 +134,7 @@ class _Table:
     measured: dict[str, np.ndarray]  # labels as measured
     family: np.ndarray
     groups: np.ndarray               # what interval residuals hold out together
+    library: np.ndarray              # "" for synthetic families
     reference: np.ndarray | None
     reference_power: float
 
@@ -141,7 +144,7 @@ class _Table:
         seconds, power = normalized_seconds(rows)
         reference = rows["ref_seconds"].to_numpy(float) if "ref_seconds" in rows else None
         return cls(features_frame(rows), {**measured, "compile_seconds": seconds}, measured,
-                   families(rows), holdout_groups(rows), reference, power)
+                   families(rows), holdout_groups(rows), libraries(rows), reference, power)
 
 
 def _fold_predictions(table: _Table, train: np.ndarray, test: np.ndarray,
@@ -151,12 +154,14 @@ def _fold_predictions(table: _Table, train: np.ndarray, test: np.ndarray,
         return []
     fitted: dict[str, dict] = {}
     if "costmodel" in models:
+        params, options = split_options(params)
         # a target too few training rows measured (a store of user samples) is left out
         model = CompileCostModel(**params).fit(
             X.iloc[train], {t: v[train] for t, v in table.measured.items()
                             if np.sum(np.isfinite(v[train]) & (v[train] > 0)) >= 2},
             groups=table.groups[train],
-            reference=None if table.reference is None else table.reference[train])
+            reference=None if table.reference is None else table.reference[train],
+            sample_weight=row_weights(table.library[train], **options))
         fitted["costmodel"] = model.predict(X.iloc[test])
     for name in models:
         if name not in BASELINES:
@@ -184,20 +189,29 @@ def _fold_predictions(table: _Table, train: np.ndarray, test: np.ndarray,
 
 def predictions(rows: pd.DataFrame, split: str, models: Sequence[str] = MODELS,
                 params: dict | None = None, table: _Table | None = None,
-                progress: Callable[[str], None] | None = None) -> pd.DataFrame:
+                progress: Callable[[str], None] | None = None,
+                jobs: int = 1) -> pd.DataFrame:
     """Held-out predictions of every model on every fold of `split`, one row per program.
 
     `actual` is what models are scored against (compile seconds at the median reference
     time), `measured` the label as measured. `progress` is called with each fold's name
-    once it is done.
+    once it is done. `jobs` processes fit folds side by side (each fit is one thread).
     """
+    from joblib import Parallel, delayed, parallel_config
+
     table = table or _Table.of(rows)
+    chosen = folds(rows, split)
+    # one thread per worker process, set before its BLAS loads (threadpoolctl inside a
+    # fit cannot reach a library loaded later)
     frames = []
-    for name, train, test in folds(rows, split):
-        frames += [pd.DataFrame(f) for f in _fold_predictions(table, train, test, models,
-                                                               params or {})]
-        if progress is not None:
-            progress(name)
+    with parallel_config(backend="loky", inner_max_num_threads=1):
+        fitted = Parallel(n_jobs=jobs, return_as="generator")(
+            delayed(_fold_predictions)(table, train, test, models, params or {})
+            for _, train, test in chosen)
+        for (name, _, _), parts in zip(chosen, fitted):
+            frames += [pd.DataFrame(f) for f in parts]
+            if progress is not None:
+                progress(name)
     columns = ["row", "family", "target", "model", "actual", "measured", "point", "lo", "hi"]
     result = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
     result.insert(0, "split", split)
@@ -218,14 +232,17 @@ def score(pred: pd.DataFrame) -> dict:
 def run_evaluation(data: pd.DataFrame, backend: str, target: str = "", *,
                    splits: Sequence[str] = SPLITS, models: Sequence[str] = MODELS,
                    params: dict | None = None,
-                   progress: Callable[[str], None] | None = None) -> Evaluation:
+                   progress: Callable[[str], None] | None = None,
+                   jobs: int = 1) -> Evaluation:
     """Evaluate every model on every split for one backend/target (see `evaluate`);
-    `progress` is called after each fold (see `predictions`)."""
+    `progress` is called after each fold, `jobs` fit folds side by side (see
+    `predictions`)."""
     rows = select_rows(data, backend, target)
     label = backend_label(backend, target)
     table = _Table.of(rows)
     params = model_params(backend, params)
-    frames = [predictions(rows, split, models, params, table, progress) for split in splits]
+    frames = [predictions(rows, split, models, params, table, progress, jobs)
+              for split in splits]
     preds = pd.concat(frames, ignore_index=True)
     report: dict = {}
     for split in splits:

@@ -93,6 +93,24 @@ def holdout_groups(rows: pd.DataFrame) -> np.ndarray:
     return np.where(library != "", library, families(rows))
 
 
+# Training options that are not `CompileCostModel` arguments: how much a program built
+# with a public library counts against a synthetic family's (`row_weights`).
+ROW_OPTIONS = ("real_weight",)
+
+
+def row_weights(library: np.ndarray, real_weight: float = 1.0) -> np.ndarray:
+    """Each row's weight in a fit, from its `libraries` entry: `real_weight` for a real
+    program, 1 for a synthetic family's."""
+    return np.where(np.asarray(library) != "", float(real_weight), 1.0)
+
+
+def split_options(params: dict | None) -> tuple[dict, dict]:
+    """`params` as (`CompileCostModel` arguments, row options of `ROW_OPTIONS`)."""
+    params = dict(params or {})
+    return ({k: v for k, v in params.items() if k not in ROW_OPTIONS},
+            {k: params[k] for k in ROW_OPTIONS if k in params})
+
+
 def labels(rows: pd.DataFrame) -> dict[str, np.ndarray]:
     """Label arrays by target (NaN where a row has none)."""
     return {t: pd.to_numeric(rows[t], errors="coerce").to_numpy(float)
@@ -142,8 +160,10 @@ def train(data: pd.DataFrame, backend: str, target: str = "", **params) -> Compi
     y = {t: v for t, v in labels(rows).items() if t not in missing}
     reference = (pd.to_numeric(rows["ref_seconds"], errors="coerce").to_numpy(float)
                  if "ref_seconds" in rows else None)
+    params, options = split_options(params)
     model = CompileCostModel(**model_params(backend, params))
-    return model.fit(features_frame(rows), y, groups=holdout_groups(rows), reference=reference)
+    return model.fit(features_frame(rows), y, groups=holdout_groups(rows), reference=reference,
+                     sample_weight=row_weights(libraries(rows), **options))
 
 
 def retrain(data: pd.DataFrame, backend: str, target: str, out: Path, name: str,
@@ -165,10 +185,11 @@ def retrain(data: pd.DataFrame, backend: str, target: str, out: Path, name: str,
 
 
 def build_default(data_paths: Sequence[str | Path], backend: str = "cpu", target: str = "",
-                  out: Path | None = None) -> Artifact:
+                  out: Path | None = None, jobs: int = 1) -> Artifact:
     """Train on the named data, evaluate, and write the shipped model with plots and card.
 
-    Writes to `costmodel.models.default_path(backend, target)` unless `out` is given.
+    Writes to `costmodel.models.default_path(backend, target)` unless `out` is given;
+    `jobs` processes fit the evaluation's folds.
 
     Example:
         >>> build_default(["training/data/cpu/rows.parquet"], "cpu")
@@ -180,7 +201,7 @@ def build_default(data_paths: Sequence[str | Path], backend: str = "cpu", target
 
     rows = select_rows(dataset.load(list(data_paths)), backend, target)
     out = Path(out) if out is not None else default_path(backend, target)
-    result = run_evaluation(rows, backend, target)
+    result = run_evaluation(rows, backend, target, jobs=jobs)
     estimator = train(rows, backend, target)
     artifact = save(estimator, out, backend=backend, target=target, data=rows,
                     metrics=result.report, name=f"costmodel-{out.name}")

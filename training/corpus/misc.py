@@ -48,6 +48,32 @@ def build_constants(size: int, count: int, mode: str) -> tuple[Callable, tuple]:
     return fn, (sds((size,)),)
 
 
+def build_constant_fold(side: int, ops: int, mode: str) -> tuple[Callable, tuple]:
+    """Work XLA does while compiling: ``ops`` steps computed from two captured (side, side)
+    float32 tables alone, then applied to the input, so constant folding evaluates them.
+
+    Args:
+        mode: "elementwise" (sine, product with the other table, exponential in turn:
+            the interpreter's element loops) or "matmul" (matrix products of the tables,
+            which the interpreter hands to a library).
+    """
+    if mode not in ("elementwise", "matmul"):
+        raise ValueError(f"mode must be 'elementwise' or 'matmul', got {mode!r}")
+    rng = np.random.default_rng(side * 1_000_003 + ops)
+    a, b = (rng.standard_normal((side, side)).astype(np.float32) / side for _ in range(2))
+
+    def fn(x):
+        table, other = jnp.asarray(a), jnp.asarray(b)
+        for step in range(ops):
+            if mode == "matmul":
+                table = table @ other
+            else:
+                table = (jnp.sin(table), table * other, jnp.exp(-table))[step % 3]
+        return x @ table
+
+    return fn, (sds((8, side)),)
+
+
 def build_pytree(leaves: int, leaf_size: int, ops: int, grad: bool) -> tuple[Callable, tuple]:
     """Optimizer-like ``tree_map`` update over a nested dict with ``leaves`` leaves."""
     tree = {
@@ -156,6 +182,24 @@ register(
             mode=("add", "reduce", "matmul"),
             # Cheap (<0.6 s) up to 8M captured elements, mostly tracing/transfer of bytes.
             where=lambda p: p["size"] * p["count"] <= 8 * 1048576,
+        ),
+    )
+)
+
+register(
+    Family(
+        name="constant_fold",
+        description="Steps computed from captured tables alone (side, ops), elementwise or "
+                    "as matrix products: XLA evaluates them while compiling.",
+        build=build_constant_fold,
+        # elementwise steps cost ~0.5 us per element each here (1024^2 tables: +0.5 s);
+        # a 1024^3 matrix product +0.3 s
+        grid=param_grid(
+            side=(128, 512, 1024, 2048, 3072, 4096),
+            ops=(1, 3, 9),
+            mode=("elementwise", "matmul"),
+            where=lambda p: p["side"] ** 2 * p["ops"] <= 40_000_000
+            and (p["mode"] == "elementwise" or p["side"] <= 2048),
         ),
     )
 )

@@ -1,0 +1,155 @@
+"""Work XLA does at compile time: ops computed from constants alone.
+
+XLA's constant-folding pass runs its HLO interpreter on every instruction whose operands
+are constants, or broadcasts of constants with at least one plain constant among them,
+once calls are inlined. So a product of two captured tables is computed while
+compiling, one element at a time: a 28-op program whose two captured constants are
+multiplied took 14.5 s; here an elementwise product of two 1024x1024 tables added
+about 0.5 s, their matrix product (library code) 0.3 s. It leaves broadcasts and iotas
+alone (folding them only grows constants), never evaluates random, side-effecting or
+control-flow ops, and skips an instruction whose result or operands exceed 45M elements.
+
+The walk follows constants through calls (a callee folds where its arguments are
+constants at that call site, as after inlining) and into loops (a constant a loop
+carries unchanged is sunk into its body), and looks inside loop bodies and branches for
+folds of their own, counted once: the pass folds a body, not each trip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# Ops the pass never evaluates (or that produce no constant XLA would materialize).
+NEVER_FOLDED = frozenset({
+    "broadcast_in_dim", "broadcast", "dynamic_broadcast_in_dim", "iota", "rng",
+    "rng_bit_generator", "custom_call", "while", "case", "if", "infeed", "outfeed",
+    "send", "recv", "after_all", "create_token", "fft", "optimization_barrier",
+    "all_reduce", "all_gather", "all_to_all", "reduce_scatter", "collective_permute",
+    "partition_id", "replica_id", "tuple", "get_tuple_element",
+})
+# XLA's limit: bigger results or operands are left for run time.
+MAX_FOLD_ELEMENTS = 45_000_000
+
+
+@dataclass
+class Folds:
+    """What constant folding evaluates: ops, interpreter work, bytes it materializes."""
+
+    ops: int = 0
+    elements: float = 0.0  # per op but dots and convolutions: elements read or written
+    dot_flops: float = 0.0  # dots and convolutions (the interpreter calls a library)
+    bytes: int = 0
+
+    def add(self, other: Folds) -> None:
+        self.ops += other.ops
+        self.elements += other.elements
+        self.dot_flops += other.dot_flops
+        self.bytes += other.bytes
+
+
+# (op, short name) -> flops of a dot or convolution, None for any other op
+DotFlops = Callable[[object, str], "float | None"]
+
+
+class ConstantFolding:
+    """Folds of a module's functions, memoized per (function, which arguments are constant).
+
+    `tensor` decodes an MLIR type to an object with `.elements` and `.nbytes` (or None);
+    `dot_flops` gives a dot's or convolution's flops (the StableHLO walker's).
+    """
+
+    def __init__(self, funcs: dict, tensor: Callable, dot_flops: DotFlops) -> None:
+        self.funcs = funcs
+        self._tensor = tensor
+        self._dot_flops = dot_flops
+        self._memo: dict = {}
+
+    def function(self, name: str, constant_args: tuple[bool, ...] = ()) -> tuple[Folds, tuple]:
+        """Folds inside `name` and which of its results are constants."""
+        key = (name, constant_args)
+        if key in self._memo:
+            return self._memo[key]
+        self._memo[key] = (Folds(), ())  # a recursive call folds nothing
+        folds, returned = Folds(), ()
+        for region in self.funcs[name].regions:
+            for block in region.blocks:
+                constant = {arg for arg, flag in zip(block.arguments, constant_args) if flag}
+                returned = self._block(block, constant, folds)
+        self._memo[key] = (folds, returned)
+        return self._memo[key]
+
+    def _block(self, block, constant: set, folds: Folds) -> tuple:
+        """Add the folds of `block` to `folds`; returns which values it returns are constant.
+
+        `constant` holds the values known to be constants (extended in place).
+        """
+        from jax._src.lib.mlir import ir
+
+        returned: tuple = ()
+        broadcast: set = set()  # broadcasts of constants: foldable operands, not folded
+        for view in block.operations:
+            op = view.operation
+            name = op.name.rsplit(".", 1)[-1]
+            operands = list(op.operands)
+            if op.name in ("func.return", "stablehlo.return"):
+                returned = tuple(value in constant for value in operands)
+                continue
+            if name == "constant":
+                constant.update(op.results)
+                continue
+            if name == "call":
+                callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+                if callee in self.funcs:
+                    sub, results = self.function(
+                        callee, tuple(value in constant for value in operands))
+                    folds.add(sub)
+                    constant.update(r for r, flag in zip(op.results, results) if flag)
+                continue
+            if name in ("broadcast_in_dim", "broadcast") and operands[0] in constant:
+                broadcast.update(op.results)
+                continue
+            if (name not in NEVER_FOLDED and any(v in constant for v in operands)
+                    and all(v in constant or v in broadcast for v in operands)):
+                results = list(op.results)
+                ins = [self._tensor(value.type) for value in operands]
+                outs = [self._tensor(value.type) for value in results]
+                if _within_limit(ins + outs):
+                    folds.ops += 1
+                    flops = self._dot_flops(op, name)
+                    if flops is None:
+                        folds.elements += elements_touched(ins, outs)
+                    else:
+                        folds.dot_flops += flops
+                    folds.bytes += sum(info.nbytes for info in outs if info is not None)
+                    constant.update(results)
+                    continue  # a folded op's regions (a reduction's body) fold with it
+            carried = _sunk_constants(op, constant) if name == "while" else ()
+            for region in op.regions:  # loop bodies and branches fold on their own
+                for inner in region.blocks:
+                    self._block(inner, {arg for arg, flag in zip(inner.arguments, carried)
+                                        if flag}, folds)
+        return returned
+
+
+def _sunk_constants(while_op, constant: set) -> list[bool]:
+    """Which of a loop's carried values are constants inside it: a constant the body
+    passes through unchanged, which XLA sinks into the body before folding (JAX carries
+    a loop body's captured constants this way)."""
+    body = while_op.regions[1].blocks[0]
+    terminator = list(body.operations)[-1].operation
+    passed = [out == arg for out, arg in zip(terminator.operands, body.arguments)]
+    return [value in constant and same for value, same in zip(while_op.operands, passed)]
+
+
+def _within_limit(infos: list) -> bool:
+    sizes = [info.elements for info in infos if info is not None]
+    return max(sizes, default=0) <= MAX_FOLD_ELEMENTS
+
+
+def elements_touched(infos_in: list, infos_out: list) -> float:
+    """Interpreter work of an op that is not a dot or convolution: elements read or
+    written, whichever is more (a reduction reads many and writes few)."""
+    read = sum(info.elements for info in infos_in if info is not None)
+    written = sum(info.elements for info in infos_out if info is not None)
+    return float(max(read, written))
