@@ -235,9 +235,10 @@ def test_real_programs_weigh_real_weight_times_a_synthetic_row(synthetic_rows):
                                   np.r_[np.ones(20), np.full(20, 4.0)])
     assert split_options({"max_iter": 5, "real_weight": 4.0}) == ({"max_iter": 5},
                                                                   {"real_weight": 4.0})
+    assert split_options({}) == ({}, {"real_weight": 3.0})
     # labels of the real half are 8x the synthetic law: weighting them pulls predictions up
     rows.loc[20:, "compile_seconds"] *= 8.0
     probe = features_frame(rows.iloc[[25]])
-    low = train(rows, "cpu", **FAST, residual_model=False).predict(probe)
+    low = train(rows, "cpu", **FAST, residual_model=False, real_weight=1.0).predict(probe)
     high = train(rows, "cpu", **FAST, residual_model=False, real_weight=50.0).predict(probe)
     assert high["compile_seconds"]["point"][0] > 1.5 * low["compile_seconds"]["point"][0]

@@ -62,9 +62,15 @@ BASELINE_TERMS = {
 # term (32 families, schema 5) it took over the fixed cost and traded extrapolation
 # (median fold 2.28 -> 2.50) for leave-one-family-out (Spearman 0.924 -> 0.935, p90
 # 1.97 -> 1.95).
+# Constant folding (schema 7) is a cost of its own too: XLA's interpreter evaluates the
+# folded ops element by element (9 elementwise steps over 2048^2 tables: 9.3 s), and hands
+# dots to a library (nine 2048^3 products: 5.7 s). Trees alone cannot carry it past the
+# largest fold measured: with the `constant_fold` family held out, median fold 4.3 / max
+# 32 without these terms, 3.7 / 19 with them (nothing else in the corpus folds much).
 ADDED_TERMS = {"compile_seconds": ("dense_constant_bytes", "dot_matrix_vector",
                                    "fusion_cost_squares", "sequence_kernel_squares",
-                                   "case_result_branch_squares")}
+                                   "case_result_branch_squares", "fold_elements",
+                                   "fold_dot_flops")}
 # Where a backend's compiler differs (`fit.model_params` applies these). For the GPU
 # target, fusion size added nothing and fan-out fitted best as a scaling term; index
 # changes inside a fusion (associative scans are all strided slices and pads: 95 ops took
@@ -79,7 +85,8 @@ BACKEND_TERMS = {"gpu": {
     "baseline_terms": {"compile_seconds": ("hlo_ops_inlined", "fanout_squares")},
     "added_terms": {"compile_seconds": ("dense_constant_bytes", "dot_matrix_vector",
                                         "fusion_indexing_squares",
-                                        "case_result_branch_squares")},
+                                        "case_result_branch_squares", "fold_elements",
+                                        "fold_dot_flops")},
     "tree_exclude": ("sequence_kernels_max", "sequence_kernel_squares"),
 }}
 _EPS = 1e-12
@@ -343,11 +350,8 @@ class CompileCostModel:
                 l2_regularization=self.l2_regularization, early_stopping=False,
                 random_state=self.random_state)
             # only its trees are kept: predictions read the flat copy
-            # equal weights as None: weighted binning (a weighted percentile per feature
-            # and bin) made a fit 5x slower
-            uniform = np.all(weight == weight[0])
-            forest = FlatForest(booster.fit(self._tree_inputs(X), z - base,
-                                            sample_weight=None if uniform else weight))
+            forest = FlatForest(booster.fit(*_weighted(self._tree_inputs(X), z - base,
+                                                       weight)))
         return {"coef": coef, "forest": forest}
 
     def _predict_parts(self, target: str, fitted: dict,
@@ -389,6 +393,18 @@ class CompileCostModel:
 
     def _checked(self, X) -> Table:
         return augment(Table.of(X, self.feature_names_in_))
+
+
+def _weighted(X: np.ndarray, target: np.ndarray, weight: np.ndarray) -> tuple:
+    """Booster `fit` arguments for weighted rows: whole-number weights as repeated rows
+    (the same squared-error fit, and sklearn's weighted binning, a weighted percentile per
+    feature and bin, made each fit 5x slower), other weights as `sample_weight`."""
+    if np.all(weight == weight[0]):
+        return X, target
+    if np.all(weight == np.round(weight)) and weight.min() >= 1:
+        repeats = weight.astype(int)
+        return np.repeat(X, repeats, axis=0), np.repeat(target, repeats)
+    return X, target, weight
 
 
 # Interval bands by predicted size: three, each from at least this many residuals.

@@ -93,22 +93,25 @@ def holdout_groups(rows: pd.DataFrame) -> np.ndarray:
     return np.where(library != "", library, families(rows))
 
 
-# Training options that are not `CompileCostModel` arguments: how much a program built
-# with a public library counts against a synthetic family's (`row_weights`).
-ROW_OPTIONS = ("real_weight",)
+# Training options that are not `CompileCostModel` arguments, with their defaults: how
+# much a program built with a public library counts against a synthetic family's
+# (`row_weights`). Real programs are what users compile; at 3 (against 1), holding each
+# library out, median fold 1.318 -> 1.306, p90 2.05 -> 1.96 on the first 160 real rows.
+ROW_OPTIONS = {"real_weight": 3.0}
 
 
-def row_weights(library: np.ndarray, real_weight: float = 1.0) -> np.ndarray:
+def row_weights(library: np.ndarray, real_weight: float = ROW_OPTIONS["real_weight"]
+                ) -> np.ndarray:
     """Each row's weight in a fit, from its `libraries` entry: `real_weight` for a real
     program, 1 for a synthetic family's."""
     return np.where(np.asarray(library) != "", float(real_weight), 1.0)
 
 
 def split_options(params: dict | None) -> tuple[dict, dict]:
-    """`params` as (`CompileCostModel` arguments, row options of `ROW_OPTIONS`)."""
+    """`params` as (`CompileCostModel` arguments, row options: `ROW_OPTIONS` updated)."""
     params = dict(params or {})
     return ({k: v for k, v in params.items() if k not in ROW_OPTIONS},
-            {k: params[k] for k in ROW_OPTIONS if k in params})
+            {k: params.get(k, default) for k, default in ROW_OPTIONS.items()})
 
 
 def labels(rows: pd.DataFrame) -> dict[str, np.ndarray]:

@@ -78,7 +78,9 @@ def error_by_family(preds: pd.DataFrame, path: Path, target: str = "compile_seco
     plt = _pyplot()
     chosen = preds[(preds["split"] == "leave_family_out") & (preds["target"] == target)]
     offset = LOG_OFFSETS[target]
-    fold = np.exp(np.abs(np.log((chosen["point"] + offset) / (chosen["actual"] + offset))))
+    # as floats: a fold whose rows came from JSON shards can carry object columns
+    point, actual = (chosen[c].to_numpy(float) + offset for c in ("point", "actual"))
+    fold = np.exp(np.abs(np.log(point / actual)))
     table = (chosen.assign(fold=fold).groupby(["family", "model"])["fold"].median()
              .unstack("model").reindex(columns=list(models)))
     table = table.sort_values(models[0], ascending=False)
