@@ -137,7 +137,7 @@ def _sunk_constants(while_op, constant: set) -> list[bool]:
     passes through unchanged, which XLA sinks into the body before folding (JAX carries
     a loop body's captured constants this way)."""
     body = while_op.regions[1].blocks[0]
-    terminator = list(body.operations)[-1].operation
+    terminator = body.operations[-1].operation
     passed = [out == arg for out, arg in zip(terminator.operands, body.arguments)]
     return [value in constant and same for value, same in zip(while_op.operands, passed)]
 

@@ -201,9 +201,9 @@ def predictions(rows: pd.DataFrame, split: str, models: Sequence[str] = MODELS,
 
     table = table or _Table.of(rows)
     chosen = folds(rows, split)
+    frames = []
     # one thread per worker process, set before its BLAS loads (threadpoolctl inside a
     # fit cannot reach a library loaded later)
-    frames = []
     with parallel_config(backend="loky", inner_max_num_threads=1):
         fitted = Parallel(n_jobs=jobs, return_as="generator")(
             delayed(_fold_predictions)(table, train, test, models, params or {})
