@@ -166,5 +166,6 @@ if uses("equinox", "equinox", "optax"):
     real_family("equinox", "eqx_deep_mlp_step",
                 "Deep residual MLP of eqx.nn.Linear: Python loop or lax.scan over stacked layers.",
                 build_eqx_deep_mlp_step,
-                param_grid(depth=(4, 16, 64, 128, 256, 512, 1024), width=(64, 256), layout=("loop", "scan"),
+                param_grid(depth=(4, 16, 64, 128, 256, 512, 1024, 2048), width=(64, 256),
+                           layout=("loop", "scan"),
                            where=lambda p: p["layout"] == "loop" or p["depth"] in (16, 512)))

@@ -93,7 +93,7 @@ if uses("jax.example_libraries", "jax.example_libraries.stax"):
     real_family("jax.example_libraries", "stax_resnet_step",
                 "stax residual network of FanOut/parallel/FanInSum blocks, momentum step.",
                 build_stax_resnet_step,
-                param_grid(blocks=(1, 2, 4, 8, 16, 32, 48), channels=(16, 64)))
+                param_grid(blocks=(1, 2, 4, 8, 16, 32, 48, 64), channels=(16, 64)))
     real_family("jax.example_libraries", "stax_mlp_step",
                 "stax deep MLP under each jax.example_libraries optimizer.",
                 build_stax_mlp_step,

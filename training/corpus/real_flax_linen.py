@@ -112,7 +112,7 @@ if uses("flax", "flax", "optax"):
         "flax", "flax_decoder_step",
         "Flax Linen causal decoder LM AdamW step; layers as a Python loop, nn.scan or nn.remat.",
         build_flax_decoder_step,
-        param_grid(layers=(1, 2, 4, 8, 16, 24, 32, 48, 64, 96), d=(128, 256),
+        param_grid(layers=(1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128), d=(128, 256),
                    layout=("loop", "scan", "remat"),
                    where=lambda p: p["layout"] == "loop" or p["layers"] in (4, 16, 48)))
     real_family(

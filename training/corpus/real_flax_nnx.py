@@ -112,4 +112,4 @@ if uses("flax", "flax", "optax"):
     real_family("flax", "nnx_residual_mlp_step",
                 "Flax NNX residual MLP with LayerNorm and Dropout, Adam step.",
                 build_nnx_residual_mlp_step,
-                param_grid(depth=(2, 4, 8, 16, 32, 64, 96), width=(128, 512)))
+                param_grid(depth=(2, 4, 8, 16, 32, 64, 96, 192), width=(128, 512)))

@@ -107,7 +107,7 @@ if uses("keras", "keras"):
     real_family("keras", "keras_transformer_step",
                 "Keras (JAX backend) functional transformer classifier, AdamW stateless step.",
                 build_keras_transformer_step,
-                param_grid(layers=(1, 2, 4, 8, 12, 16, 24, 32), d=(128, 256)))
+                param_grid(layers=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64), d=(128, 256)))
     real_family("keras", "keras_cnn_step",
                 "Keras Sequential CNN with BatchNormalization and Dropout, Adam stateless step.",
                 build_keras_cnn_step,

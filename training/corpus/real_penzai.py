@@ -82,7 +82,7 @@ if uses("penzai", "penzai", "optax"):
     real_family("penzai", "penzai_llamalike_step",
                 "Penzai Llama-like decoder (SwiGLU/GeGLU, unrolled or layer stack), Adam step.",
                 build_penzai_llamalike_step,
-                param_grid(blocks=(1, 2, 4, 8, 12, 16, 24, 32), mlp=("swiglu", "geglu_approx"),
+                param_grid(blocks=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64), mlp=("swiglu", "geglu_approx"),
                            stacked=(False, True),
                            where=lambda p: not p["stacked"] or p["blocks"] in (4, 32)))
     real_family("penzai", "penzai_neox_logits",
