@@ -21,10 +21,11 @@ import pandas as pd
 from flask import Blueprint, current_app, request, url_for
 from werkzeug.exceptions import NotFound
 
-from costmodel.models import load, save
+from costmodel.models import load
 from costmodel.training import dataset
 from costmodel.training.fit import select_rows, train
 from costmodel.training.promotion import compare, holdout_split, suspect_rows
+from costmodel.training.publish import save
 
 from .auth import require_token
 from .errors import json_object
@@ -77,7 +78,7 @@ def _screened(rows: pd.DataFrame, current) -> tuple[pd.DataFrame, int, int]:
         len(rows), bool)
     if current is None or not samples.any():
         return rows, int(samples.sum()), 0
-    drop = suspect_rows(rows, samples, current.estimator)
+    drop = suspect_rows(rows, samples, current.predictor)
     return rows[~drop].reset_index(drop=True), int(samples.sum()), int(drop.sum())
 
 
@@ -120,7 +121,7 @@ def _retrain_group(state, job_id: str, data: pd.DataFrame, key: tuple[str, str])
     rows, samples, dropped = _screened(select_rows(data, backend, target), current)
     train_rows, holdout = holdout_split(rows, float(state.config["HOLDOUT_FRACTION"]))
     candidate = train(train_rows, backend, target, **state.config["RETRAIN_PARAMS"])
-    verdict = compare(candidate, None if current is None else current.estimator, train_rows,
+    verdict = compare(candidate, None if current is None else current.predictor, train_rows,
                       holdout, None if current is None else _known_rows(current, rows),
                       backend, target)
     version = None

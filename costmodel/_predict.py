@@ -99,11 +99,9 @@ class Prediction:
 
 
 def _calibration_scale() -> float:
-    try:
-        from costmodel.training.calibrate import load_calibration
-    except ImportError:
-        return 1.0
-    return float(load_calibration())
+    from costmodel.models.calibration import load_calibration
+
+    return load_calibration()
 
 
 def load_model(model):

@@ -319,6 +319,16 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_convert_model(args) -> int:
+    from costmodel.training.publish import convert_pickled
+
+    artifact = convert_pickled(args.path)
+    _emit({"path": str(artifact.path), "version": artifact.version,
+           "sha256": artifact.manifest["sha256"]}, args.json,
+          f"{artifact.path}: {artifact.version} is now plain data (model.npz)")
+    return 0
+
+
 # the parser -------------------------------------------------------------------------
 def _gpu_targets_help(targets) -> str:
     return f"GPU target, implies --backend gpu: {', '.join(targets)}"
@@ -420,6 +430,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("export", cmd_export, "compact dataset shards into one parquet file")
     p.add_argument("--data", nargs="+", required=True, help="dataset files or folders")
     p.add_argument("--out", required=True, help="parquet file to write")
+    p = add("convert-model", cmd_convert_model,
+            "rewrite a model artifact saved as a pickle (estimator.joblib) as plain data")
+    p.add_argument("path", help="the artifact's folder")
     return parser
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import platform
+from functools import lru_cache
+from pathlib import Path
 
 KNOWN_BACKENDS = ("cpu", "gpu")
 # Short names for the GPU targets we can compile for without a GPU.
@@ -50,3 +53,15 @@ def jaxlib_version() -> str:
 
 def host_cpu_count() -> int:
     return os.cpu_count() or 1
+
+
+@lru_cache(maxsize=1)
+def cpu_model() -> str:
+    """This machine's CPU model name (as /proc/cpuinfo gives it, else the platform's)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

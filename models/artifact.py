@@ -1,31 +1,32 @@
-"""Model artifacts: a fitted estimator file plus a JSON manifest that vouches for it.
+"""Model artifacts: the fitted model as plain arrays plus a JSON manifest that vouches for it.
 
-An artifact is a folder holding `estimator.joblib` and `manifest.json`. Loading checks
-the manifest (feature schema, feature names) and the estimator file's sha256 before the
-pickle is opened, so a swapped or corrupted file is refused, never executed. Artifacts
-load only from this package's `default/` folder or a path the operator names; the HTTP
-API never accepts one.
+An artifact is a folder holding `model.npz` (see `predictor.Predictor`) and
+`manifest.json`. Loading checks the manifest (feature schema, feature names) and the
+model file's sha256 before reading it, and reads it with pickles refused, so no file
+runs code. Artifacts load only from this package's `default/` folder or a path the
+operator names; the HTTP API never accepts one. Writing one is
+`costmodel.training.publish.save`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import tempfile
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from costmodel.features import MODEL_FEATURES, SCHEMA_VERSION, normalize_target
 
-ESTIMATOR_FILE = "estimator.joblib"
+from .predictor import Predictor
+
+MODEL_FILE = "model.npz"
+# what artifacts held before models were plain data: a pickle, no longer opened
+PICKLED_FILE = "estimator.joblib"
 MANIFEST_FILE = "manifest.json"
 DEFAULT_ROOT = Path(__file__).parent / "default"
 _REQUIRED = ("name", "version", "sha256", "schema_version", "features", "targets", "backend",
@@ -38,7 +39,7 @@ class ArtifactError(ValueError):
 
 @dataclass
 class Artifact:
-    """A loaded (or just saved) model: where it lives, its manifest, and the estimator.
+    """A loaded (or just saved) model: where it lives, its manifest, and the predictor.
 
     Example:
         >>> art = costmodel.models.load_default("cpu")
@@ -48,7 +49,7 @@ class Artifact:
 
     path: Path
     manifest: dict
-    estimator: Any
+    predictor: Predictor
 
     @property
     def name(self) -> str:
@@ -76,10 +77,10 @@ class Artifact:
         if not inputs:
             return {t: {k: np.array([]) for k in ("point", "lo", "hi")}
                     for t in self.manifest["targets"]}
-        return self.estimator.predict(inputs)
+        return self.predictor.predict(inputs)
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -87,20 +88,7 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _jsonable(value: Any) -> Any:
-    """Plain JSON: NaN and infinities become null, numpy scalars Python numbers."""
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-def _atomic_write(path: Path, write) -> None:
+def atomic_write(path: Path, write) -> None:
     """Write through a temporary file in the same folder, then rename over `path`."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
@@ -113,75 +101,20 @@ def _atomic_write(path: Path, write) -> None:
         raise
 
 
-def _distinct(data: pd.DataFrame, column: str) -> list:
-    if column not in data.columns:
-        return []
-    return sorted({v for v in data[column].dropna().tolist() if v != ""}, key=str)
-
-
-def save(estimator: Any, path: str | os.PathLike, *, backend: str, target: str,
-         data: pd.DataFrame, metrics: dict, name: str) -> Artifact:
-    """Write `estimator.joblib` and `manifest.json` into folder `path` and return the artifact.
-
-    Args:
-        estimator: A fitted model with `predict(DataFrame)` and `targets_`.
-        path: Folder to write (created if needed; existing files are replaced).
-        backend, target: What the model predicts for, e.g. ("gpu", "h100").
-        data: The dataset rows it was trained on (for fingerprint and environment).
-        metrics: Evaluation report to record.
-        name: Human-readable model name.
-    """
-    import joblib
-    import sklearn
-
-    from costmodel.training.dataset import fingerprint
-
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path / ESTIMATOR_FILE, lambda handle: joblib.dump(estimator, handle))
-    label = backend + (f"-{target}" if target else "")
-    data_fingerprint = fingerprint(data)
-    sha256 = _sha256(path / ESTIMATOR_FILE)
-    reference = pd.to_numeric(data.get("ref_seconds", pd.Series(dtype=float)), errors="coerce")
-    manifest = {
-        "name": name,
-        # the data and the estimator: retraining the same rows with other code is a new version
-        "version": f"{label}-{data_fingerprint[:8]}-{sha256[:6]}",
-        "sha256": sha256,
-        "schema_version": SCHEMA_VERSION,
-        "features": list(MODEL_FEATURES),
-        "targets": list(getattr(estimator, "targets_", ())),
-        "backend": backend,
-        "target": target,
-        "jax_versions": _distinct(data, "jax_version"),
-        "jaxlib_versions": _distinct(data, "jaxlib_version"),
-        "sklearn_version": sklearn.__version__,
-        "environment": {"cpu_model": _distinct(data, "cpu_model"),
-                        "cpu_count": _distinct(data, "cpu_count"),
-                        "harness_version": _distinct(data, "harness_version"),
-                        "xla_flags": _distinct(data, "xla_flags")},
-        "training_data": {"fingerprint": data_fingerprint, "rows": int(len(data)),
-                          "families": {str(k): int(v) for k, v in
-                                       data["family"].value_counts().sort_index().items()}
-                          if "family" in data else {}},
-        "reference_seconds": float(reference.median()) if reference.notna().any() else None,
-        "metrics": metrics,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
-    text = json.dumps(_jsonable(manifest), indent=2, allow_nan=False) + "\n"
-    _atomic_write(path / MANIFEST_FILE, lambda handle: handle.write(text.encode()))
-    return Artifact(path=path, manifest=manifest, estimator=estimator)
-
-
 def verify(path: str | os.PathLike) -> dict:
-    """The manifest of the artifact at `path`, after checking it without unpickling anything.
+    """The manifest of the artifact at `path`, after checking it without reading the model.
 
     Raises:
         ArtifactError: A file is missing, the manifest is unreadable, the feature schema
             or names differ from this costmodel's, or the estimator's sha256 differs.
     """
     path = Path(path)
-    for file in (MANIFEST_FILE, ESTIMATOR_FILE):
+    if not (path / MODEL_FILE).is_file() and (path / PICKLED_FILE).is_file():
+        raise ArtifactError(
+            f"model artifact at {path} holds a pickled estimator ({PICKLED_FILE}), which "
+            f"this costmodel no longer opens; convert it once with `costmodel convert-model "
+            f"{path}` (predictions stay the same)")
+    for file in (MANIFEST_FILE, MODEL_FILE):
         if not (path / file).is_file():
             raise ArtifactError(f"model artifact at {path} is missing {file}")
     try:
@@ -200,27 +133,29 @@ def verify(path: str | os.PathLike) -> dict:
         raise ArtifactError(
             f"feature names mismatch: artifact {path} lacks {sorted(ours - theirs)}, has extra "
             f"{sorted(theirs - ours)} (or a different order)")
-    actual = _sha256(path / ESTIMATOR_FILE)
+    actual = sha256_of(path / MODEL_FILE)
     if actual != manifest["sha256"]:
         raise ArtifactError(
-            f"sha256 mismatch for {path / ESTIMATOR_FILE}: manifest says {manifest['sha256']}, "
+            f"sha256 mismatch for {path / MODEL_FILE}: manifest says {manifest['sha256']}, "
             f"file has {actual}")
     return manifest
 
 
 def load(path: str | os.PathLike) -> Artifact:
-    """Load the artifact at `path` (a folder the operator names), verified before unpickling.
+    """Load the artifact at `path` (a folder the operator names), verified before reading.
 
     Example:
         >>> art = load("models/default/cpu")
         >>> art.version
         'cpu-1a2b3c4d'
     """
-    import joblib
-
     path = Path(path)
     manifest = verify(path)
-    return Artifact(path=path, manifest=manifest, estimator=joblib.load(path / ESTIMATOR_FILE))
+    try:
+        predictor = Predictor.load(path / MODEL_FILE)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ArtifactError(f"unreadable {MODEL_FILE} at {path}: {exc}") from None
+    return Artifact(path=path, manifest=manifest, predictor=predictor)
 
 
 def default_path(backend: str = "cpu", target: str = "") -> Path:

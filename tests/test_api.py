@@ -89,7 +89,7 @@ def test_tampered_model_is_not_loaded_and_readyz_says_why(tmp_path, model_dir):
 
     copy = tmp_path / "tampered"
     shutil.copytree(model_dir, copy)
-    with open(copy / "estimator.joblib", "ab") as handle:
+    with open(copy / "model.npz", "ab") as handle:
         handle.write(b"\0")
     client = create_app(config(tmp_path, copy)).test_client()
     response = client.get("/readyz")

@@ -36,10 +36,11 @@ from threadpoolctl import threadpool_limits
 from costmodel.api import create_app
 from costmodel.api.retrain import TRAINING_ROWS_FILE, holdout_split, training_frame
 from costmodel.features import ALL_FEATURES, MODEL_FEATURES
-from costmodel.models import load, save
+from costmodel.models import load
 from costmodel.training import dataset
 from costmodel.training.evaluate import holdout_score
 from costmodel.training.fit import select_rows, train
+from costmodel.training.publish import save
 
 ROOT = Path(__file__).resolve().parents[1]
 WITHIN = {"compile_seconds": "within", "peak_rss_bytes": "within",
@@ -54,6 +55,21 @@ MEMORIZING = {"max_iter": 30, "learning_rate": 0.3, "n_folds": 2, "baseline": WI
 def _one_thread():
     with threadpool_limits(1):
         yield
+
+
+@pytest.fixture(autouse=True)
+def _numbered_sample_ids(monkeypatch):
+    """Sample ids in the order samples arrive, not random: which samples the holdout takes
+    (by the hash of their id) is then the same on every run."""
+    import itertools
+    import types
+    import uuid
+
+    from costmodel.api import samples
+
+    counter = itertools.count()
+    monkeypatch.setattr(samples, "uuid", types.SimpleNamespace(
+        uuid4=lambda: uuid.UUID(int=next(counter))))
 
 
 @pytest.fixture(scope="module")

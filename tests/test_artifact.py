@@ -1,4 +1,5 @@
-"""Artifacts: round trip, verification before unpickling, default paths, calibration."""
+"""Artifacts: plain-data round trip, verification before reading, pickled artifacts refused
+and converted, default paths, calibration."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import numpy as np
 import pytest
 
 from costmodel.features import MODEL_FEATURES, SCHEMA_VERSION
-from costmodel.models import ArtifactError, default_path, load, save
-from costmodel.training.calibrate import calibrate, load_calibration
+from costmodel.features.environment import cpu_model
+from costmodel.models import ArtifactError, default_path, load
+from costmodel.models.calibration import load_calibration
+from costmodel.training.calibrate import calibrate
 from costmodel.training.dataset import fingerprint
 from costmodel.training.fit import features_frame, train
+from costmodel.training.publish import convert_pickled, save
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +53,7 @@ def test_round_trip_predicts_the_same(saved):
 def test_manifest_records_what_was_trained(saved):
     art, rows = saved
     manifest = json.loads((art.path / "manifest.json").read_text())
-    digest = hashlib.sha256((art.path / "estimator.joblib").read_bytes()).hexdigest()
+    digest = hashlib.sha256((art.path / "model.npz").read_bytes()).hexdigest()
     assert manifest["sha256"] == digest
     assert manifest["version"] == f"cpu-{fingerprint(rows)[:8]}-{manifest['sha256'][:6]}"
     assert (art.name, art.backend, art.target) == ("test-model", "cpu", "")
@@ -62,29 +66,100 @@ def test_manifest_records_what_was_trained(saved):
     assert manifest["environment"]["cpu_model"] == ["test-cpu"]
 
 
-def test_tampered_estimator_is_refused(copy):
-    with open(copy / "estimator.joblib", "ab") as handle:
+def test_saving_the_same_model_twice_writes_the_same_bytes(saved, tmp_path):
+    art, rows = saved
+    again = save(art.predictor, tmp_path / "again", backend="cpu", target="", data=rows,
+                 metrics={}, name="again")
+    assert again.manifest["sha256"] == art.manifest["sha256"]
+
+
+def test_tampered_model_is_refused(copy):
+    with open(copy / "model.npz", "ab") as handle:
         handle.write(b"\0")
-    with pytest.raises(ArtifactError, match="sha256 mismatch for .*estimator.joblib"):
+    with pytest.raises(ArtifactError, match="sha256 mismatch for .*model.npz"):
         load(copy)
 
 
-def test_other_schema_version_is_refused_before_unpickling(copy, monkeypatch):
-    import joblib
+def test_other_schema_version_is_refused_before_reading(copy, monkeypatch):
+    from costmodel.models.predictor import Predictor
 
     manifest = json.loads((copy / "manifest.json").read_text())
     manifest["schema_version"] = SCHEMA_VERSION + 1
     (copy / "manifest.json").write_text(json.dumps(manifest))
-    monkeypatch.setattr(joblib, "load", lambda *a, **k: pytest.fail("unpickled before checks"))
+    monkeypatch.setattr(Predictor, "load", lambda *a, **k: pytest.fail("read before checks"))
     expected = f"schema_version mismatch.*schema {SCHEMA_VERSION + 1}"
     with pytest.raises(ArtifactError, match=expected):
         load(copy)
 
 
 def test_missing_file_is_named(copy):
-    (copy / "estimator.joblib").unlink()
-    with pytest.raises(ArtifactError, match="missing estimator.joblib"):
+    (copy / "model.npz").unlink()
+    with pytest.raises(ArtifactError, match="missing model.npz"):
         load(copy)
+
+
+def test_model_file_holds_no_pickles(saved):
+    with np.load(saved[0].path / "model.npz", allow_pickle=False) as arrays:
+        kinds = {arrays[name].dtype.kind for name in arrays.files}
+    assert kinds <= {"f", "i", "b", "U"}  # numbers, flags and the JSON description
+
+
+def _pickled_like_before(model, folder):
+    """An artifact as costmodel wrote them before models were plain data: a joblib pickle
+    of the estimator, whose per-target parts were dicts holding the old forest class."""
+    import copy as copying
+    import sys
+    import types
+
+    import joblib
+
+    old = copying.copy(model)
+    module = types.ModuleType("costmodel.training.forest")
+
+    class FlatForest:
+        pass
+
+    FlatForest.__module__, FlatForest.__qualname__ = module.__name__, "FlatForest"
+    module.FlatForest = FlatForest
+    parts = {}
+    for target, fitted in model.predictor.targets.items():
+        forest = FlatForest()
+        vars(forest).update(vars(fitted.forest))
+        parts[target] = {"coef": fitted.coef, "forest": forest, "lo": fitted.lo,
+                         "hi": fitted.hi, "oof_residual_mad": fitted.oof_residual_mad,
+                         "bands": None if fitted.bands is None else {
+                             "edges": fitted.bands.edges.tolist(),
+                             "lo": fitted.bands.lo.tolist(), "hi": fitted.bands.hi.tolist()}}
+    old.models_ = parts
+    del old.predictor_
+    sys.modules[module.__name__] = module
+    try:
+        joblib.dump(old, folder / "estimator.joblib")
+    finally:
+        del sys.modules[module.__name__]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (folder / "model.npz").unlink()
+    manifest["sha256"] = hashlib.sha256((folder / "estimator.joblib").read_bytes()).hexdigest()
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_pickled_artifact_is_refused_with_the_command_that_converts_it(saved, copy):
+    art, rows = saved
+    model = train(rows, "cpu", "", max_iter=20, n_folds=3)
+    _pickled_like_before(model, copy)
+    with pytest.raises(ArtifactError, match="pickled estimator.*costmodel convert-model"):
+        load(copy)
+    version = json.loads((copy / "manifest.json").read_text())["version"]
+    converted = convert_pickled(copy)
+    assert not (copy / "estimator.joblib").exists()
+    back = load(copy)
+    assert back.version == version == converted.version
+    inputs = features_frame(rows).to_dict("records")
+    before, after = model.predict(inputs), back.predict(inputs)
+    for target in before:
+        for key in ("point", "lo", "hi"):
+            np.testing.assert_allclose(after[target][key], before[target][key],
+                                       rtol=1e-9, atol=0)
 
 
 def test_predict_names_missing_features(saved):
@@ -101,8 +176,6 @@ def test_default_paths():
 
 
 def test_calibration_file(tmp_path, monkeypatch):
-    from costmodel.training.machine import cpu_model
-
     path = tmp_path / "calibration.json"
     monkeypatch.setenv("COSTMODEL_CALIBRATION", str(path))
     assert load_calibration() == 1.0

@@ -7,13 +7,10 @@ import pandas as pd
 import pytest
 from sklearn.exceptions import NotFittedError
 
-from costmodel.training.baseline import baseline_log, overhead_power_law, power_law_coef
-from costmodel.training.estimator import (
-    CompileCostModel,
-    conformal_bounds,
-    interval_offsets,
-    size_bands,
-)
+from costmodel.models.power_law import baseline_log
+from costmodel.models.predictor import TargetModel
+from costmodel.training.baseline import overhead_power_law, power_law_coef
+from costmodel.training.estimator import CompileCostModel, conformal_bounds, size_bands
 from costmodel.training.fit import features_frame, labels, train
 
 # Small trees keep the suite fast; the behaviour under test does not depend on size.
@@ -135,7 +132,7 @@ def test_overhead_power_law_adds_constant_bytes_instead_of_scaling():
 def test_flat_forest_equals_sklearn_including_missing_values():
     from sklearn.ensemble import HistGradientBoostingRegressor
 
-    from costmodel.training.forest import FlatForest
+    from costmodel.models.forest import FlatForest
 
     rng = np.random.default_rng(5)
     X = rng.random((400, 6))
@@ -145,7 +142,7 @@ def test_flat_forest_equals_sklearn_including_missing_values():
     fresh = rng.uniform(-0.5, 1.5, (300, 6))
     fresh[::3, 2] = np.nan
     fresh[::4, 4] = np.nan  # never missing in training
-    np.testing.assert_allclose(FlatForest(booster).predict(fresh), booster.predict(fresh),
+    np.testing.assert_allclose(FlatForest.from_booster(booster).predict(fresh), booster.predict(fresh),
                                rtol=0, atol=1e-12)
 
 
@@ -201,17 +198,19 @@ def test_size_bands_bound_each_tercile_by_its_own_residuals():
     spread = np.repeat([1.0, 2.0, 3.0], 40)
     residual = spread * np.tile(np.linspace(-1, 1, 40), 3)
     bands = size_bands(predicted, residual, 0.9)
-    assert bands["edges"] == pytest.approx([39.6667, 79.3333], abs=1e-3)
+    assert bands.edges == pytest.approx([39.6667, 79.3333], abs=1e-3)
     # n = 40 per band: ranks 2 and 39 of linspace(-1, 1, 40), i.e. -+(1 - 2/39)
-    assert bands["hi"] == pytest.approx([s * (1 - 2 / 39) for s in (1, 2, 3)])
-    assert bands["lo"] == pytest.approx([-s * (1 - 2 / 39) for s in (1, 2, 3)])
-    lo, hi = interval_offsets({"lo": -9.0, "hi": 9.0, "bands": bands}, np.array([5.0, 100.0]))
+    assert bands.hi == pytest.approx([s * (1 - 2 / 39) for s in (1, 2, 3)])
+    assert bands.lo == pytest.approx([-s * (1 - 2 / 39) for s in (1, 2, 3)])
+    fitted = TargetModel("overhead", (), (), np.zeros(1), lo=-9.0, hi=9.0, bands=bands)
+    lo, hi = fitted.interval_offsets(np.array([5.0, 100.0]))
     assert hi.tolist() == pytest.approx([1 - 2 / 39, 3 * (1 - 2 / 39)])
     assert size_bands(predicted[:119], residual[:119], 0.9) is None  # under 3 x 40
 
 
-def test_models_fitted_before_size_bands_keep_one_band():
-    lo, hi = interval_offsets({"lo": -0.5, "hi": 0.7}, np.array([1.0, 50.0]))
+def test_models_without_size_bands_keep_one_band():
+    fitted = TargetModel("overhead", (), (), np.zeros(1), lo=-0.5, hi=0.7)
+    lo, hi = fitted.interval_offsets(np.array([1.0, 50.0]))
     assert lo.tolist() == [-0.5, -0.5] and hi.tolist() == [0.7, 0.7]
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from costmodel.models.power_law import overhead_log
+
 # Largest exponent of the overhead power law's first size term. Unrolled loops on CPU
 # (quiet sweep, 2000 -> 4000 -> 6000 ops) grew as ops^2.6: more than the quadratic that
 # HLO passes alone would give.
@@ -77,7 +79,7 @@ def overhead_power_law(logs: np.ndarray, z: np.ndarray, groups: np.ndarray | Non
 
     def residual(p: np.ndarray) -> np.ndarray:
         a0, a1, b, added = unpack(p)
-        return root * (_overhead(a0, a1[codes], b, added, logs, extra) - z)
+        return root * (overhead_log(a0, a1[codes], b, added, logs, extra) - z)
 
     lower = np.r_[-np.inf, np.full(n_groups, -np.inf), np.zeros(k), np.full(m, -np.inf),
                   np.zeros(m)]
@@ -91,25 +93,6 @@ def overhead_power_law(logs: np.ndarray, z: np.ndarray, groups: np.ndarray | Non
                floor - 1 - 0.5 * extra.max(axis=0, initial=0.0), np.full(m, 0.5)]
     p = least_squares(residual, p0, bounds=(lower, upper), loss="soft_l1", f_scale=0.5).x
     a0, a1_groups, b, added = unpack(p)
-    a1 = least_squares(lambda a: root * (_overhead(a0, a[0], b, added, logs, extra) - z),
+    a1 = least_squares(lambda a: root * (overhead_log(a0, a[0], b, added, logs, extra) - z),
                        [np.median(a1_groups)], loss="soft_l1", f_scale=0.5).x[0]
     return np.r_[a0, a1, b, added]
-
-
-def _overhead(a0, a1, b: np.ndarray, added: np.ndarray, logs: np.ndarray,
-              extra: np.ndarray) -> np.ndarray:
-    m = extra.shape[1]
-    terms = [np.broadcast_to(a0, len(logs)), a1 + logs @ b]
-    terms += [added[j] + added[m + j] * extra[:, j] for j in range(m)]
-    return np.logaddexp.reduce(np.stack(terms), axis=0)
-
-
-def baseline_log(coef: np.ndarray, logs: np.ndarray, form: str,
-                 extra: np.ndarray | None = None) -> np.ndarray:
-    """The baseline's log prediction for `form` ("overhead" or a plain power law); `extra`
-    holds the overhead form's added terms, as fitted."""
-    if form == "overhead" and logs.shape[1]:
-        k = logs.shape[1]
-        extra = np.zeros((len(logs), 0)) if extra is None else extra
-        return _overhead(coef[0], coef[1], coef[2:2 + k], coef[2 + k:], logs, extra)
-    return coef[0] + logs @ coef[1:]

@@ -20,20 +20,14 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from costmodel.features.environment import cpu_model
+from costmodel.models.calibration import calibration_path
+
 from .child import RESULT_PREFIX
 
-ENV_PATH = "COSTMODEL_CALIBRATION"
 MIN_REPEATS = 3
 MAX_REPEATS = 25
 START_UP_SECONDS = 120.0  # interpreter, jax import and backend start before the budget runs
-
-
-def calibration_path() -> Path:
-    """Where this machine's calibration lives: `$COSTMODEL_CALIBRATION` or the user cache."""
-    configured = os.environ.get(ENV_PATH, "").strip()
-    if configured:
-        return Path(configured).expanduser()
-    return Path.home() / ".cache" / "costmodel" / "calibration.json"
 
 
 def time_reference(seconds_budget: float = 60.0, backend: str = "cpu",
@@ -74,8 +68,6 @@ def calibrate(seconds_budget: float = 60.0, *, reference_seconds: float | None =
     """
     from costmodel.models import default_path, verify
 
-    from .machine import cpu_model
-
     model_version = None
     if reference_seconds is None:
         manifest = verify(default_path("cpu"))
@@ -100,25 +92,6 @@ def calibrate(seconds_budget: float = 60.0, *, reference_seconds: float | None =
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n")
     return {**record, "path": str(path)}
-
-
-def load_calibration(path: Path | None = None) -> float:
-    """This machine's compile-time scale; 1.0 when never calibrated or calibrated elsewhere.
-
-    A record whose CPU model differs from this machine's (a home folder shared between
-    machines) does not apply here, and neither does an unreadable or non-positive one.
-    """
-    from .machine import cpu_model
-
-    path = Path(path) if path is not None else calibration_path()
-    try:
-        record = json.loads(path.read_text())
-        scale = float(record["scale"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return 1.0
-    if record.get("cpu_model") not in (None, cpu_model()) or not scale > 0:
-        return 1.0
-    return scale
 
 
 def _child() -> int:

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 # Imported here, not where used: threadpoolctl can only limit an OpenMP runtime that is
 # already loaded, and trees spinning on more threads than a busy machine grants run 50x
@@ -25,16 +25,25 @@ import pandas as pd
 from sklearn.ensemble import HistGradientBoostingRegressor
 
 from costmodel.features import MODEL_FEATURES
+from costmodel.models.forest import FlatForest
+from costmodel.models.predictor import (
+    LOG_OFFSETS,
+    TARGETS,
+    Bands,
+    Predictor,
+    TargetModel,
+    from_log,
+    to_log,
+)
+from costmodel.models.table import Table, augment
 
-from .baseline import baseline_log, drift_power, overhead_power_law, power_law_coef
-from .forest import FlatForest
+from .baseline import drift_power, overhead_power_law, power_law_coef
 
-TARGETS = ("compile_seconds", "peak_rss_bytes", "executable_memory_bytes")
-# Added before taking logs. Peak RSS growth of a small compile is zero or a few pages of
-# allocator noise, so below ~1 MiB it carries no signal; executable memory of a tiny
-# program can be a few bytes. Compile time is always positive.
-LOG_OFFSETS = {"compile_seconds": 0.0, "peak_rss_bytes": float(2**20),
-               "executable_memory_bytes": float(2**10)}
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["LOG_OFFSETS", "TARGETS", "CompileCostModel", "Table", "augment", "from_log",
+           "to_log"]
 # How each target's baseline is fitted (see `CompileCostModel`).
 BASELINE_FORMS = {"compile_seconds": "overhead", "peak_rss_bytes": "overhead",
                   "executable_memory_bytes": "within"}
@@ -89,81 +98,6 @@ BACKEND_TERMS = {"gpu": {
                                         "fold_dot_flops")},
     "tree_exclude": ("sequence_kernels_max", "sequence_kernel_squares"),
 }}
-_EPS = 1e-12
-
-
-def to_log(target: str, values: Sequence[float] | np.ndarray) -> np.ndarray:
-    """The modelled scale of `target`: log(value + offset)."""
-    return np.log(np.maximum(np.asarray(values, float) + LOG_OFFSETS[target], _EPS))
-
-
-def from_log(target: str, values: np.ndarray) -> np.ndarray:
-    """Inverse of `to_log`, clipped at zero."""
-    return np.maximum(np.exp(values) - LOG_OFFSETS[target], 0.0)
-
-
-
-@dataclass(frozen=True)
-class Table:
-    """Feature columns as one float matrix (rows x names): what the baseline and trees read.
-
-    Predictions are one row at a time, where building a DataFrame costs more than the
-    model itself.
-    """
-
-    names: tuple[str, ...]
-    values: np.ndarray
-
-    @classmethod
-    def of(cls, X, names: Sequence[str]) -> Table:
-        """The `names` columns of a DataFrame, or of a sequence of feature mappings."""
-        if isinstance(X, pd.DataFrame):
-            missing = [name for name in names if name not in X.columns]
-            values = None if missing else X.loc[:, list(names)].to_numpy(float)
-        elif isinstance(X, Sequence) and all(isinstance(row, Mapping) for row in X):
-            missing = sorted({name for row in X for name in names if name not in row})
-            values = None if missing else np.array(
-                [[row[name] for name in names] for row in X], float).reshape(len(X), len(names))
-        else:
-            raise TypeError("X must be a pandas DataFrame or a sequence of feature mappings, "
-                            f"not {type(X).__name__}")
-        if missing:
-            raise ValueError(f"missing feature columns ({len(missing)}): {', '.join(missing)}")
-        return cls(tuple(names), values)
-
-    def __len__(self) -> int:
-        return len(self.values)
-
-    def column(self, name: str) -> np.ndarray:
-        return self.values[:, self.names.index(name)]
-
-    def rows(self, index) -> Table:
-        return Table(self.names, self.values[index])
-
-    def log_counts(self, names: Sequence[str]) -> np.ndarray:
-        """log(1 + count) of the named columns (negative and NaN counts as 0)."""
-        counts = self.values[:, [self.names.index(name) for name in names]]
-        return np.log1p(np.nan_to_num(np.maximum(counts, 0.0)))
-
-
-def augment(table: Table) -> Table:
-    """Model features plus derived sizes and ratios (trees cannot form ratios themselves)."""
-    def safe(name: str) -> np.ndarray:
-        return np.maximum(table.column(name), 1.0)
-
-    derived = {
-        "io_bytes": table.column("input_bytes") + table.column("output_bytes"),
-        "unroll_ratio": safe("hlo_ops_trip_weighted") / safe("hlo_ops_inlined"),
-        "inline_ratio": safe("hlo_ops_inlined") / safe("hlo_ops"),
-        "ops_per_function": safe("hlo_ops_inlined") / safe("hlo_functions"),
-        "flops_per_op": safe("dot_flops") / safe("hlo_ops_inlined"),
-        # long chains over few inputs (unrolled loops) against wide programs over many
-        "ops_per_param": safe("hlo_ops_inlined") / safe("param_count"),
-    }
-    values = np.column_stack([table.values, *derived.values()])
-    return Table(table.names + tuple(derived), values)
-
-
 class CompileCostModel:
     """Predicts compile seconds, peak host-RSS growth and executable bytes, with intervals.
 
@@ -271,7 +205,7 @@ class CompileCostModel:
         self.added_ = {t: tuple(added.get(t, ())) for t in y}
         self.forms_ = {t: {**BASELINE_FORMS, **(self.baseline or {})}[t] for t in y}
         self.reference_power_ = 0.0
-        self.models_: dict[str, dict] = {}
+        fitted: dict[str, TargetModel] = {}
         for target, values in y.items():
             values = np.asarray(values, float)
             keep = np.isfinite(values) & (values >= 0)
@@ -285,32 +219,38 @@ class CompileCostModel:
                 self.reference_power_ = self._drift_power(
                     rows, z, drift[keep], None if groups is None else groups[keep])
                 z = z - self.reference_power_ * drift[keep]
-            self.models_[target] = self._fit_target(
+            fitted[target] = self._fit_target(
                 target, rows, z, None if groups is None else groups[keep], weight[keep])
         self.targets_ = tuple(y)
+        self.predictor_ = Predictor(
+            feature_names=tuple(self.feature_names_in_), targets=fitted,
+            tree_exclude=self.tree_exclude, reference_power=self.reference_power_,
+            reference_seconds=self.reference_seconds_, recipe=self.get_params())
         return self
 
-    def predict(self, X) -> dict[str, dict[str, np.ndarray]]:
-        """Point estimate and interval per target, in natural units.
+    def get_params(self) -> dict:
+        """The constructor arguments, as given (what refitting the same model takes)."""
+        import inspect
 
-        Returns:
-            `{target: {"point", "lo", "hi"}}`, each an array with one value per row of X
-            (a DataFrame, or one feature mapping per row).
-        """
-        logs = self.predict_log(X)
-        out = {}
-        for target, z in logs.items():
-            lo, hi = interval_offsets(self.models_[target], z)
-            out[target] = {"point": from_log(target, z), "lo": from_log(target, z + lo),
-                           "hi": from_log(target, z + hi)}
-        return out
+        names = [n for n in inspect.signature(type(self).__init__).parameters if n != "self"]
+        return {name: getattr(self, name) for name in names}
+
+    @property
+    def predictor(self) -> Predictor:
+        """The fitted model as plain data (what an artifact stores and predictions read)."""
+        if not hasattr(self, "predictor_"):
+            from sklearn.exceptions import NotFittedError
+
+            raise NotFittedError("CompileCostModel is not fitted yet; call fit() first")
+        return self.predictor_
+
+    def predict(self, X) -> dict[str, dict[str, np.ndarray]]:
+        """Point estimate and interval per target, in natural units (`Predictor.predict`)."""
+        return self.predictor.predict(X)
 
     def predict_log(self, X) -> dict[str, np.ndarray]:
         """Point estimates on the modelled (log) scale, per target."""
-        self._check_fitted()
-        table = self._checked(X)
-        return {target: self._predict_target(target, fitted, table)
-                for target, fitted in self.models_.items()}
+        return self.predictor.predict_log(X)
 
     def _drift_power(self, X: Table, z: np.ndarray, drift: np.ndarray,
                      groups: np.ndarray | None) -> float:
@@ -319,60 +259,48 @@ class CompileCostModel:
         return drift_power(X.log_counts(DRIFT_TERMS), z, drift, groups)
 
     def _fit_target(self, target: str, X: Table, z: np.ndarray,
-                    groups: np.ndarray | None, weight: np.ndarray) -> dict:
+                    groups: np.ndarray | None, weight: np.ndarray) -> TargetModel:
         fitted = self._fit_parts(target, X, z, groups, weight)
         base, trees = np.full(len(z), np.nan), np.zeros(len(z))
         for train, test in self._folds(len(z), groups):
             parts = self._fit_parts(target, X.rows(train), z[train],
                                     None if groups is None else groups[train], weight[train])
-            base[test], trees[test] = self._predict_parts(target, parts, X.rows(test))
+            base[test], trees[test] = parts.parts(X.rows(test), self._tree_columns(X))
         seen = np.isfinite(base)
         residual = (z - base - trees)[seen]
-        fitted["lo"], fitted["hi"] = conformal_bounds(residual, self.coverage)
-        fitted["bands"] = size_bands((base + trees)[seen], residual, self.coverage)
-        fitted["oof_residual_mad"] = float(np.median(np.abs(residual))) if len(residual) else None
-        return fitted
+        lo, hi = conformal_bounds(residual, self.coverage)
+        return replace(fitted, lo=lo, hi=hi,
+                       bands=size_bands((base + trees)[seen], residual, self.coverage),
+                       oof_residual_mad=float(np.median(np.abs(residual)))
+                       if len(residual) else None)
 
     def _fit_parts(self, target: str, X: Table, z: np.ndarray,
-                   groups: np.ndarray | None, weight: np.ndarray) -> dict:
-        form = self.forms_[target]
-        inputs, added = X.log_counts(self.terms_[target]), X.log_counts(self.added_[target])
+                   groups: np.ndarray | None, weight: np.ndarray) -> TargetModel:
+        form, terms, added_terms = self.forms_[target], self.terms_[target], self.added_[target]
+        inputs, added = X.log_counts(terms), X.log_counts(added_terms)
         if form == "overhead" and inputs.shape[1]:
             coef = overhead_power_law(inputs, z, groups, added, weight)
         else:
             coef = power_law_coef(inputs, z, groups if form == "within" else None)
-        base = baseline_log(coef, inputs, form, added)
-        forest = None
-        if self.residual_model and len(z) >= 2 * self.min_samples_leaf:
-            booster = HistGradientBoostingRegressor(
-                max_iter=self.max_iter, learning_rate=self.learning_rate,
-                max_leaf_nodes=self.max_leaf_nodes, min_samples_leaf=self.min_samples_leaf,
-                l2_regularization=self.l2_regularization, early_stopping=False,
-                random_state=self.random_state)
-            # only its trees are kept: predictions read the flat copy
-            forest = FlatForest(booster.fit(*_weighted(self._tree_inputs(X), z - base,
-                                                       weight)))
-        return {"coef": coef, "forest": forest}
+        baseline = TargetModel(form=form, terms=terms, added=added_terms, coef=coef)
+        if not (self.residual_model and len(z) >= 2 * self.min_samples_leaf):
+            return baseline
+        base, _ = baseline.parts(X, None)
+        booster = HistGradientBoostingRegressor(
+            max_iter=self.max_iter, learning_rate=self.learning_rate,
+            max_leaf_nodes=self.max_leaf_nodes, min_samples_leaf=self.min_samples_leaf,
+            l2_regularization=self.l2_regularization, early_stopping=False,
+            random_state=self.random_state)
+        columns = self._tree_columns(X)
+        inputs = X.values if columns is None else X.values[:, columns]
+        # only its trees are kept: predictions read the flat copy
+        forest = FlatForest.from_booster(booster.fit(*_weighted(inputs, z - base, weight)))
+        return replace(baseline, forest=forest)
 
-    def _predict_parts(self, target: str, fitted: dict,
-                       X: Table) -> tuple[np.ndarray, np.ndarray]:
-        form = self.forms_[target]
-        base = baseline_log(fitted["coef"], X.log_counts(self.terms_[target]), form,
-                            X.log_counts(self.added_[target]))
-        trees = np.zeros(len(X))
-        if fitted["forest"] is not None:
-            trees = fitted["forest"].predict(self._tree_inputs(X))
-        return base, trees
-
-    def _tree_inputs(self, X: Table) -> np.ndarray:
+    def _tree_columns(self, X: Table) -> list[int] | None:
         if not self.tree_exclude:
-            return X.values
-        keep = [i for i, name in enumerate(X.names) if name not in self.tree_exclude]
-        return X.values[:, keep]
-
-    def _predict_target(self, target: str, fitted: dict, X: Table) -> np.ndarray:
-        base, trees = self._predict_parts(target, fitted, X)
-        return base + trees
+            return None
+        return [i for i, name in enumerate(X.names) if name not in self.tree_exclude]
 
     def _folds(self, n: int, groups: np.ndarray | None) -> list[tuple[np.ndarray, np.ndarray]]:
         from sklearn.model_selection import GroupKFold, KFold
@@ -384,12 +312,6 @@ class CompileCostModel:
             return list(splitter.split(np.zeros(n), groups=groups))
         splitter = KFold(self.n_folds, shuffle=True, random_state=self.random_state)
         return list(splitter.split(np.zeros(n)))
-
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "models_"):
-            from sklearn.exceptions import NotFittedError
-
-            raise NotFittedError("CompileCostModel is not fitted yet; call fit() first")
 
     def _checked(self, X) -> Table:
         return augment(Table.of(X, self.feature_names_in_))
@@ -412,7 +334,7 @@ SIZE_BANDS = 3
 MIN_BAND_RESIDUALS = 40
 
 
-def size_bands(predicted: np.ndarray, residual: np.ndarray, coverage: float) -> dict | None:
+def size_bands(predicted: np.ndarray, residual: np.ndarray, coverage: float) -> Bands | None:
     """Conformal bounds per tercile of the out-of-fold prediction (log scale).
 
     Small and large programs are not predicted equally well (the largest real programs
@@ -424,18 +346,8 @@ def size_bands(predicted: np.ndarray, residual: np.ndarray, coverage: float) -> 
     edges = np.quantile(predicted, np.arange(1, SIZE_BANDS) / SIZE_BANDS)
     band = np.searchsorted(edges, predicted, side="right")
     bounds = [conformal_bounds(residual[band == b], coverage) for b in range(SIZE_BANDS)]
-    return {"edges": edges.tolist(), "lo": [lo for lo, _ in bounds],
-            "hi": [hi for _, hi in bounds]}
-
-
-def interval_offsets(fitted: dict, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Log-scale offsets of the interval around predictions `z`: the size band's when the
-    model has bands (models fitted before them have one band for all sizes)."""
-    bands = fitted.get("bands")
-    if not bands:
-        return np.full(len(z), fitted["lo"]), np.full(len(z), fitted["hi"])
-    band = np.searchsorted(np.asarray(bands["edges"]), z, side="right")
-    return np.asarray(bands["lo"])[band], np.asarray(bands["hi"])[band]
+    return Bands(edges=edges, lo=np.array([lo for lo, _ in bounds]),
+                 hi=np.array([hi for _, hi in bounds]))
 
 
 def conformal_bounds(residual: np.ndarray, coverage: float) -> tuple[float, float]:

@@ -297,7 +297,7 @@ def holdout_score(artifact_or_estimator, data: pd.DataFrame) -> float:
 
     Accepts an `Artifact` or a fitted estimator.
     """
-    estimator = getattr(artifact_or_estimator, "estimator", artifact_or_estimator)
+    estimator = getattr(artifact_or_estimator, "predictor", artifact_or_estimator)
     rows = data[data["status"] == "ok"] if "status" in data else data
     actual = pd.to_numeric(rows["compile_seconds"], errors="coerce").to_numpy(float)
     keep = np.isfinite(actual) & (actual > 0)

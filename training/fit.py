@@ -175,9 +175,8 @@ def retrain(data: pd.DataFrame, backend: str, target: str, out: Path, name: str,
 
     `params` override `CompileCostModel` arguments (e.g. `max_iter`) for both.
     """
-    from costmodel.models import save
-
     from .evaluate import evaluate
+    from .publish import save
 
     rows = select_rows(data, backend, target)
     estimator = train(rows, backend, target, **(params or {}))
@@ -197,10 +196,11 @@ def build_default(data_paths: Sequence[str | Path], backend: str = "cpu", target
     Example:
         >>> build_default(["training/data/cpu/rows.parquet"], "cpu")
     """
-    from costmodel.models import default_path, save
+    from costmodel.models import default_path
 
     from . import dataset, plots
     from .evaluate import run_evaluation, write_card
+    from .publish import save
 
     rows = select_rows(dataset.load(list(data_paths)), backend, target)
     out = Path(out) if out is not None else default_path(backend, target)

@@ -8,6 +8,8 @@ import platform
 from functools import lru_cache
 from pathlib import Path
 
+from costmodel.features.environment import cpu_model
+
 # Files whose content defines how a compile is measured; their hash versions the rows.
 _HARNESS_FILES = ("harness.py", "reference.py", "child.py", "runner.py", "gpu_target.py",
                   "phases.py")
@@ -23,17 +25,6 @@ def harness_version() -> str:
         if path.exists():
             digest.update(path.read_bytes())
     return digest.hexdigest()[:12]
-
-
-@lru_cache(maxsize=1)
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def environment() -> dict[str, str | int]:

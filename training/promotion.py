@@ -15,13 +15,14 @@ Two defences, both used by the service's `POST /v1/retrain`:
 from __future__ import annotations
 
 import hashlib
-import inspect
 import math
 from collections.abc import Collection
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
+
+from costmodel.models.predictor import as_predictor
 
 from .estimator import CompileCostModel, to_log
 from .fit import features_frame, train
@@ -84,9 +85,9 @@ def model_residuals(rows: pd.DataFrame, model: CompileCostModel) -> np.ndarray:
     return measured - _drift(rows, model) - predicted
 
 
-def _drift(rows: pd.DataFrame, model: CompileCostModel) -> np.ndarray:
-    power, median = getattr(model, "reference_power_", 0.0), getattr(
-        model, "reference_seconds_", None)
+def _drift(rows: pd.DataFrame, model) -> np.ndarray:
+    fitted = as_predictor(model)
+    power, median = fitted.reference_power, fitted.reference_seconds
     if not power or not median or "ref_seconds" not in rows:
         return np.zeros(len(rows))
     ref = pd.to_numeric(rows["ref_seconds"], errors="coerce").to_numpy(float)
@@ -183,11 +184,9 @@ def _refit_score(current, train_rows: pd.DataFrame, holdout: pd.DataFrame,
 
 
 def recipe(estimator) -> dict | None:
-    """The constructor arguments `estimator` was built with; None for another kind of model."""
-    if not isinstance(estimator, CompileCostModel):
-        return None
-    names = [n for n in inspect.signature(CompileCostModel.__init__).parameters if n != "self"]
-    return {name: getattr(estimator, name) for name in names}
+    """The constructor arguments `estimator` was built with; None when unknown."""
+    params = as_predictor(estimator).recipe
+    return None if params is None else dict(params)
 
 
 def holdout_score(estimator, rows: pd.DataFrame) -> float:

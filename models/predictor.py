@@ -1,0 +1,236 @@
+"""A fitted cost model as plain data: what predicting reads, with no training code.
+
+Each target is modelled in log space as `baseline(size) + trees(features)` (see
+`costmodel.training.estimator`, which fits it). This module holds the fitted numbers
+and evaluates them with numpy; `save`/`load` write them as one `.npz` of arrays plus a
+JSON description inside it, loaded with `allow_pickle=False`, so loading a model never
+runs code and does not depend on scikit-learn's version.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .forest import FlatForest
+from .power_law import baseline_log
+from .table import Table, augment
+
+TARGETS = ("compile_seconds", "peak_rss_bytes", "executable_memory_bytes")
+# Added before taking logs. Peak RSS growth of a small compile is zero or a few pages of
+# allocator noise, so below ~1 MiB it carries no signal; executable memory of a tiny
+# program can be a few bytes. Compile time is always positive.
+LOG_OFFSETS = {"compile_seconds": 0.0, "peak_rss_bytes": float(2**20),
+               "executable_memory_bytes": float(2**10)}
+FORMAT = 1
+_EPS = 1e-12
+
+
+def to_log(target: str, values: Sequence[float] | np.ndarray) -> np.ndarray:
+    """The modelled scale of `target`: log(value + offset)."""
+    return np.log(np.maximum(np.asarray(values, float) + LOG_OFFSETS[target], _EPS))
+
+
+def from_log(target: str, values: np.ndarray) -> np.ndarray:
+    """Inverse of `to_log`, clipped at zero."""
+    return np.maximum(np.exp(values) - LOG_OFFSETS[target], 0.0)
+
+
+@dataclass(frozen=True, eq=False)
+class Bands:
+    """Interval offsets per band of predicted size: band i is below `edges[i]`."""
+
+    edges: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class TargetModel:
+    """One target's fitted parts: the baseline (`form`, its size `terms` and `added`
+    terms, `coef`), the trees on its residual, and the interval's log offsets (one pair
+    for all sizes, or `bands` by size)."""
+
+    form: str
+    terms: tuple[str, ...]
+    added: tuple[str, ...]
+    coef: np.ndarray
+    forest: FlatForest | None = None
+    lo: float = -np.inf
+    hi: float = np.inf
+    bands: Bands | None = None
+    oof_residual_mad: float | None = None
+
+    def parts(self, table: Table, tree_columns: Sequence[int] | None
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """Baseline and tree parts of the log prediction for each row of `table` (the
+        trees read `tree_columns` of it, or every column)."""
+        base = baseline_log(self.coef, table.log_counts(self.terms), self.form,
+                            table.log_counts(self.added))
+        trees = np.zeros(len(table))
+        if self.forest is not None:
+            values = table.values if tree_columns is None else table.values[:, tree_columns]
+            trees = self.forest.predict(values)
+        return base, trees
+
+    def interval_offsets(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Log-scale offsets of the interval around predictions `z`: the size band's
+        when the model has bands."""
+        if self.bands is None:
+            return np.full(len(z), self.lo), np.full(len(z), self.hi)
+        band = np.searchsorted(self.bands.edges, z, side="right")
+        return self.bands.lo[band], self.bands.hi[band]
+
+
+@dataclass(frozen=True, eq=False)
+class Predictor:
+    """Predicts compile seconds, peak host-RSS growth and executable bytes, with intervals.
+
+    Attributes:
+        feature_names: The model inputs, in order (`MODEL_FEATURES` when fitted).
+        targets: The fitted model of each target.
+        tree_exclude: Features the trees do not read.
+        reference_power, reference_seconds: How the reference compile timed with each
+            training row was divided out (predictions are for a machine whose reference
+            takes `reference_seconds`).
+        recipe: The constructor arguments of the estimator that was fitted (to refit the
+            same model on other rows), or None.
+
+    Example:
+        >>> predictor.predict([features.model_inputs()])["compile_seconds"]["hi"]
+    """
+
+    feature_names: tuple[str, ...]
+    targets: Mapping[str, TargetModel]
+    tree_exclude: tuple[str, ...] = ()
+    reference_power: float = 0.0
+    reference_seconds: float | None = None
+    recipe: Mapping[str, Any] | None = field(default=None)
+
+    def table(self, X) -> Table:
+        """The model's inputs and derived columns for X (a DataFrame or feature mappings)."""
+        return augment(Table.of(X, self.feature_names))
+
+    def tree_columns(self, table: Table) -> list[int] | None:
+        if not self.tree_exclude:
+            return None
+        return [i for i, name in enumerate(table.names) if name not in self.tree_exclude]
+
+    def predict_log(self, X) -> dict[str, np.ndarray]:
+        """Point estimates on the modelled (log) scale, per target."""
+        table = self.table(X)
+        columns = self.tree_columns(table)
+        return {target: np.add(*fitted.parts(table, columns))
+                for target, fitted in self.targets.items()}
+
+    def predict(self, X) -> dict[str, dict[str, np.ndarray]]:
+        """Point estimate and interval per target, in natural units.
+
+        Returns:
+            `{target: {"point", "lo", "hi"}}`, each an array with one value per row of X.
+        """
+        out = {}
+        for target, z in self.predict_log(X).items():
+            lo, hi = self.targets[target].interval_offsets(z)
+            out[target] = {"point": from_log(target, z), "lo": from_log(target, z + lo),
+                           "hi": from_log(target, z + hi)}
+        return out
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The model as named arrays, its description as JSON in `meta` (see `load`)."""
+        arrays: dict[str, np.ndarray] = {}
+        described = {}
+        for target, fitted in self.targets.items():
+            arrays[f"{target}.coef"] = np.asarray(fitted.coef, float)
+            arrays[f"{target}.interval"] = np.array([fitted.lo, fitted.hi], float)
+            if fitted.forest is not None:
+                for name, value in fitted.forest.arrays().items():
+                    arrays[f"{target}.forest.{name}"] = value
+            if fitted.bands is not None:
+                for name in ("edges", "lo", "hi"):
+                    arrays[f"{target}.bands.{name}"] = np.asarray(getattr(fitted.bands, name),
+                                                                  float)
+            described[target] = {"form": fitted.form, "terms": list(fitted.terms),
+                                 "added": list(fitted.added),
+                                 "forest": fitted.forest is not None,
+                                 "bands": fitted.bands is not None,
+                                 "oof_residual_mad": fitted.oof_residual_mad}
+        meta = {"format": FORMAT, "feature_names": list(self.feature_names),
+                "tree_exclude": list(self.tree_exclude),
+                "reference_power": self.reference_power,
+                "reference_seconds": self.reference_seconds,
+                "recipe": jsonable(self.recipe), "targets": described}
+        arrays["meta"] = np.array(json.dumps(meta, allow_nan=False))
+        return arrays
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> Predictor:
+        """The model `arrays()` described (e.g. an `np.load`ed `.npz`)."""
+        meta = json.loads(str(arrays["meta"][()]))
+        if meta.get("format") != FORMAT:
+            raise ValueError(f"model arrays of format {meta.get('format')!r}; this costmodel "
+                             f"reads format {FORMAT}")
+        targets = {}
+        for target, described in meta["targets"].items():
+            def part(name: str, _target=target) -> np.ndarray:
+                return np.asarray(arrays[f"{_target}.{name}"])
+
+            forest = None
+            if described["forest"]:
+                prefix = f"{target}.forest."
+                forest = FlatForest.from_arrays(
+                    {k[len(prefix):]: arrays[k] for k in arrays if k.startswith(prefix)})
+            bands = Bands(*(part(f"bands.{n}") for n in ("edges", "lo", "hi"))) \
+                if described["bands"] else None
+            lo, hi = part("interval")
+            targets[target] = TargetModel(
+                form=described["form"], terms=tuple(described["terms"]),
+                added=tuple(described["added"]), coef=part("coef"), forest=forest,
+                lo=float(lo), hi=float(hi), bands=bands,
+                oof_residual_mad=described.get("oof_residual_mad"))
+        return cls(feature_names=tuple(meta["feature_names"]), targets=targets,
+                   tree_exclude=tuple(meta["tree_exclude"]),
+                   reference_power=float(meta["reference_power"]),
+                   reference_seconds=meta["reference_seconds"], recipe=meta["recipe"])
+
+    def save(self, handle) -> None:
+        """Write the model as an uncompressed `.npz` to a binary file handle; the same
+        model gives the same bytes (fixed entry times, unlike `np.savez`), so its sha256
+        names it."""
+        import zipfile
+
+        with zipfile.ZipFile(handle, "w", zipfile.ZIP_STORED) as archive:
+            for name, value in self.arrays().items():
+                entry = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+                with archive.open(entry, "w") as out:
+                    np.lib.format.write_array(out, np.asarray(value), allow_pickle=False)
+
+    @classmethod
+    def load(cls, path) -> Predictor:
+        """Read a model `save` wrote; nothing in the file is unpickled."""
+        with np.load(path, allow_pickle=False) as arrays:
+            return cls.from_arrays({name: arrays[name] for name in arrays.files})
+
+
+def as_predictor(model) -> Predictor:
+    """The `Predictor` of a fitted estimator (its `predictor`), or `model` itself."""
+    return model if isinstance(model, Predictor) else model.predictor
+
+
+def jsonable(value: Any) -> Any:
+    """Plain JSON values: mappings and sequences as dicts and lists, numpy scalars as
+    Python numbers, NaN and infinities as null."""
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
