@@ -1,105 +1,124 @@
-"""Does `costmodel calibrate` fix predictions when the timing environment changes?
+"""Does `costmodel calibrate` carry the shipped model to a machine that compiles differently?
 
-For each condition (the machine as it is; then the other cores kept busy by spinning
-processes) we calibrate (time the reference program, as `costmodel calibrate` does), then
-measure a fixed set of programs from the shipped dataset in fresh processes, exactly as
-the sweep does, and compare the default model's predictions with and without the
-calibration scale: median and p90 fold error against the measured compile seconds.
+The machine this runs on is measured twice: as it is, and as a machine with one core
+(every process pinned to one CPU, so XLA's parallel code generation gets one thread: the
+part of a compile that differs most between machines). In each condition the calibration
+set is measured as `costmodel calibrate` measures it, then a fixed set of real-corpus
+programs is measured in fresh processes as sweeps do, and the shipped model's predictions
+are compared with the measurements three ways: uncalibrated; scaled by the reference
+program alone (the calibration before the set: one factor for all programs); and scaled
+per part of the compile (the calibration set's factors weighted by each program's
+predicted phase shares). Median and p90 fold error against measured compile seconds.
 
-    python bench/calibration_effect.py [--programs 12] [--max-seconds 5] [--json out.json]
+    python bench/calibration_effect.py [--programs 16] [--max-seconds 8] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from tqdm import tqdm
 
 from costmodel.models import load_default
+from costmodel.models.calibration import Calibration
 from costmodel.training import metrics
-from costmodel.training.calibrate import time_reference
+from costmodel.training.calibrate import calibrate
 from costmodel.training.fit import features_frame, select_rows
 from costmodel.training.runner import run_child
 
 DATA = Path(__file__).resolve().parents[1] / "training" / "data" / "cpu" / "rows.parquet"
 
 
-def spin() -> None:
-    while True:
-        pass
-
-
 @contextmanager
-def busy(cores: int):
-    """`cores` processes spinning at full speed for the duration of the block."""
-    spinners = [multiprocessing.Process(target=spin, daemon=True) for _ in range(cores)]
-    for proc in spinners:
-        proc.start()
+def cores(which: set[int] | None):
+    """This process and every child it starts run on `which` CPUs (None: as they are)."""
+    before = os.sched_getaffinity(0)
+    if which is not None:
+        os.sched_setaffinity(0, which)
     try:
         yield
     finally:
-        for proc in spinners:
-            proc.terminate()
-            proc.join()
+        os.sched_setaffinity(0, before)
 
 
 def pick_rows(count: int, max_seconds: float) -> pd.DataFrame:
-    """`count` rows spread evenly over the log of compile time, up to `max_seconds`."""
+    """`count` real-corpus rows spread evenly over the log of compile time."""
     rows = select_rows(pd.read_parquet(DATA), "cpu")
-    rows = rows[rows["compile_seconds"] <= max_seconds].sort_values("compile_seconds")
+    rows = rows[(rows["library"].fillna("") != "") & (rows["compile_seconds"] <= max_seconds)]
+    rows = rows.sort_values("compile_seconds")
     index = np.unique(np.linspace(0, len(rows) - 1, count).round().astype(int))
     return rows.iloc[index].reset_index(drop=True)
 
 
-def condition(name: str, rows: pd.DataFrame, predicted: np.ndarray,
-              reference_model: float, budget: float) -> dict:
-    scale = float(np.median(time_reference(budget))) / reference_model
-    measured = []
-    for _, row in rows.iterrows():
-        spec = {"family": row["family"], "params": json.loads(row["params"]),
+def measure(rows: pd.DataFrame, label: str) -> np.ndarray:
+    seconds = []
+    for record in tqdm(rows.to_dict("records"), desc=label, unit="prog"):
+        spec = {"family": record["family"], "params": json.loads(record["params"]),
                 "backend": "cpu", "target": "", "max_repeats": 2}
         result = run_child(spec)
-        measured.append(result.get("compile_seconds", np.nan) if result["status"] == "ok"
-                        else np.nan)
-    measured = np.asarray(measured, float)
+        seconds.append(result.get("compile_seconds", np.nan) if result["status"] == "ok"
+                       else np.nan)
+    return np.asarray(seconds, float)
+
+
+def errors(predicted: np.ndarray, measured: np.ndarray) -> dict:
     ok = np.isfinite(measured)
-    errors = {kind: {"median_fold": metrics.median_fold(pred, measured[ok]),
-                     "p90_fold": metrics.p90_fold(pred, measured[ok])}
-              for kind, pred in (("uncalibrated", predicted[ok]),
-                                 ("calibrated", predicted[ok] * scale))}
-    out = {"condition": name, "scale": scale, "programs": int(ok.sum()), **errors,
-           "measured_over_predicted_median": float(np.median(measured[ok] / predicted[ok]))}
-    print(f"{name:<10} scale {scale:5.2f}  measured/predicted (median) "
-          f"{out['measured_over_predicted_median']:5.2f}  fold error median/p90: "
-          f"uncalibrated {out['uncalibrated']['median_fold']:.2f}/"
-          f"{out['uncalibrated']['p90_fold']:.2f}  calibrated "
-          f"{out['calibrated']['median_fold']:.2f}/{out['calibrated']['p90_fold']:.2f}",
-          flush=True)
+    return {"median_fold": metrics.median_fold(predicted[ok], measured[ok]),
+            "p90_fold": metrics.p90_fold(predicted[ok], measured[ok]),
+            "measured_over_predicted": float(np.median(measured[ok] / predicted[ok]))}
+
+
+def condition(name: str, which: set[int] | None, rows: pd.DataFrame, artifact) -> dict:
+    inputs = features_frame(rows).to_dict("records")
+    predicted = artifact.predict(inputs)["compile_seconds"]["point"]
+    shares = artifact.predictor.part_shares(inputs)
+    with cores(which), tempfile.TemporaryDirectory() as tmp:
+        record = calibrate(path=Path(tmp) / "calibration.json", manifest=artifact.manifest)
+        measured = measure(rows, name)
+    reference = record["programs"]["reference"]
+    reference_scale = (reference["here"]["compile_seconds"]
+                       / reference["training"]["compile_seconds"])
+    per_part = np.asarray(Calibration(record["scale"], record["part_scales"]).scale_for(shares))
+    out = {"condition": name, "programs": int(np.isfinite(measured).sum()),
+           "reference_scale": reference_scale, "overall_scale": record["scale"],
+           "part_scales": record["part_scales"],
+           "program_scales": {"min": float(per_part.min()), "max": float(per_part.max())},
+           "uncalibrated": errors(predicted, measured),
+           "reference_only": errors(predicted * reference_scale, measured),
+           "per_part": errors(predicted * per_part, measured),
+           "rows": [{"family": r["family"], "params": r["params"], "predicted": float(p),
+                     "measured": float(m), "per_part_scale": float(s)}
+                    for r, p, m, s in zip(rows.to_dict("records"), predicted, measured,
+                                          per_part)]}
+    print(f"{name:<9} reference x{reference_scale:.2f}, parts "
+          + ", ".join(f"{k} x{v:.2f}" for k, v in (record["part_scales"] or {}).items())
+          + "; median/p90 fold: " + "  ".join(
+              f"{kind} {out[kind]['median_fold']:.2f}/{out[kind]['p90_fold']:.2f}"
+              for kind in ("uncalibrated", "reference_only", "per_part")), flush=True)
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--programs", type=int, default=12)
-    parser.add_argument("--max-seconds", type=float, default=5.0,
+    parser.add_argument("--programs", type=int, default=16)
+    parser.add_argument("--max-seconds", type=float, default=8.0,
                         help="largest training compile time among the chosen programs")
-    parser.add_argument("--budget", type=float, default=20.0, help="calibration seconds")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     artifact = load_default("cpu")
+    if not artifact.manifest.get("calibration_set") or artifact.predictor.phase_shares is None:
+        raise SystemExit("the shipped CPU model has no calibration set or phase shares")
     rows = pick_rows(args.programs, args.max_seconds)
-    predicted = artifact.predict(features_frame(rows).to_dict("records"))
-    predicted = predicted["compile_seconds"]["point"]
-    reference_model = float(artifact.manifest["reference_seconds"])
-    results = [condition("as is", rows, predicted, reference_model, args.budget)]
-    with busy(max((os.cpu_count() or 2) - 1, 1)):
-        results.append(condition("busy", rows, predicted, reference_model, args.budget))
+    first = min(os.sched_getaffinity(0))
+    results = [condition("as is", None, rows, artifact),
+               condition("one core", {first}, rows, artifact)]
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

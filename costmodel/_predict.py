@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from costmodel.features import MODEL_FEATURES, Features, from_stablehlo, normalize_target
 
 from ._lowering import features_of
@@ -98,10 +100,15 @@ class Prediction:
         return ratios[:top]
 
 
-def _calibration_scale() -> float:
+def _calibration_scale(artifact, inputs: dict[str, float]) -> float:
+    """This machine's factor for the program: its parts' factors weighted by the
+    program's predicted shares when both are known (`costmodel calibrate`)."""
     from costmodel.models.calibration import load_calibration
 
-    return load_calibration()
+    calibration = load_calibration()
+    if not calibration.part_scales:
+        return calibration.scale
+    return float(np.ravel(calibration.scale_for(artifact.predictor.part_shares([inputs])))[0])
 
 
 def load_model(model):
@@ -147,8 +154,9 @@ def predict_features(features: Features, model=None) -> Prediction:
         raise ValueError(
             f"model {artifact.path} predicts for {_where(artifact.backend, artifact.target)}, "
             f"not {_where(features.backend, features.target)}")
-    out = artifact.predict([features.model_inputs()])
-    scale = _calibration_scale()
+    inputs = features.model_inputs()
+    out = artifact.predict([inputs])
+    scale = _calibration_scale(artifact, inputs)
 
     def triple(name: str, factor: float = 1.0) -> tuple[float, tuple[float, float]]:
         part = out.get(name)

@@ -276,10 +276,22 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from costmodel.training.calibrate import calibrate
+    from tqdm import tqdm
 
-    result = calibrate()
-    _emit(result, args.json, f"calibration scale {result['scale']:.3f} saved to {result.get('path')}")
+    from costmodel.training.calibrate import calibrate
+    from costmodel.training.corpus.calibration import PROGRAMS
+
+    with tqdm(total=len(PROGRAMS), desc="calibrate", unit="program", file=sys.stderr,
+              disable=args.json) as bar:
+        def progress(program: str) -> None:
+            bar.set_postfix_str(program)
+            bar.update(1)
+
+        result = calibrate(progress=progress)
+    parts = result.get("part_scales")
+    detail = (" (" + ", ".join(f"{k} x{v:.2f}" for k, v in parts.items()) + ")") if parts else ""
+    _emit(result, args.json, f"calibration scale {result['scale']:.3f}{detail} saved to "
+                             f"{result.get('path')}")
     return 0
 
 

@@ -52,7 +52,11 @@ def jaxlib_version() -> str:
 
 
 def host_cpu_count() -> int:
-    return os.cpu_count() or 1
+    """CPUs this process may run on (XLA sizes its compile threads by them)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 @lru_cache(maxsize=1)

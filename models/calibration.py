@@ -1,20 +1,49 @@
-"""This machine's calibration, as predictions read it: a compile-time scale from a file.
+"""This machine's calibration, as predictions read it: compile-time scales from a file.
 
-`costmodel calibrate` (`costmodel.training.calibrate`) measures it and writes the file
-(`$COSTMODEL_CALIBRATION`, else `~/.cache/costmodel/calibration.json`). Predictions read
-it here, once per change of the file, not on every call.
+`costmodel calibrate` (`costmodel.training.calibrate`) times the calibration set here and
+writes the file (`$COSTMODEL_CALIBRATION`, else `~/.cache/costmodel/calibration.json`):
+one scale per part of the compile (HLO passes, backend, the rest; see `phase_shares`)
+and one overall. Predictions read it here, once per change of the file.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from costmodel.features.environment import cpu_model
+import numpy as np
+
+from costmodel.features.environment import cpu_model, host_cpu_count
 
 ENV_PATH = "COSTMODEL_CALIBRATION"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """How much slower this machine compiles than the training machine.
+
+    Attributes:
+        scale: One factor for every program (what a record without parts holds).
+        part_scales: A factor per part of the compile, or None.
+    """
+
+    scale: float = 1.0
+    part_scales: Mapping[str, float] | None = None
+
+    def scale_for(self, shares: Mapping[str, np.ndarray] | None) -> np.ndarray | float:
+        """The factor for programs whose compile splits into `shares` (per part, per
+        program): the parts' factors weighted by their shares; `scale` without them."""
+        if not self.part_scales or shares is None:
+            return self.scale
+        return sum(np.asarray(shares[part]) * factor
+                   for part, factor in self.part_scales.items())
+
+
+UNCALIBRATED = Calibration()
 
 
 def calibration_path() -> Path:
@@ -25,27 +54,34 @@ def calibration_path() -> Path:
     return Path.home() / ".cache" / "costmodel" / "calibration.json"
 
 
-def load_calibration(path: Path | None = None) -> float:
-    """This machine's compile-time scale; 1.0 when never calibrated or calibrated elsewhere.
+def load_calibration(path: Path | None = None) -> Calibration:
+    """This machine's calibration; none (factor 1) when never calibrated or calibrated
+    elsewhere.
 
-    A record whose CPU model differs from this machine's (a home folder shared between
-    machines) does not apply here, and neither does an unreadable or non-positive one.
+    A record from another CPU model or core count (a home folder shared between machines)
+    does not apply here, and neither does an unreadable or non-positive one.
     """
     path = Path(path) if path is not None else calibration_path()
     try:
         stamp = path.stat()
     except OSError:
-        return 1.0
-    return _scale(str(path), stamp.st_mtime_ns, stamp.st_size)
+        return UNCALIBRATED
+    return _read(str(path), stamp.st_mtime_ns, stamp.st_size)
 
 
 @lru_cache(maxsize=8)
-def _scale(path: str, _mtime_ns: int, _size: int) -> float:
+def _read(path: str, _mtime_ns: int, _size: int) -> Calibration:
     try:
         record = json.loads(Path(path).read_text())
         scale = float(record["scale"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return 1.0
-    if record.get("cpu_model") not in (None, cpu_model()) or not scale > 0:
-        return 1.0
-    return scale
+        parts = record.get("part_scales")
+        parts = None if parts is None else {str(k): float(v) for k, v in parts.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return UNCALIBRATED
+    if record.get("cpu_model") not in (None, cpu_model()):
+        return UNCALIBRATED
+    if record.get("cpu_count") not in (None, host_cpu_count()):
+        return UNCALIBRATED
+    if not scale > 0 or (parts and not all(v > 0 for v in parts.values())):
+        return UNCALIBRATED
+    return Calibration(scale, parts)

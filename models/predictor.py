@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .forest import FlatForest
+from .phase_shares import PhaseShares
 from .power_law import baseline_log
 from .table import Table, augment
 
@@ -100,6 +101,8 @@ class Predictor:
             takes `reference_seconds`).
         recipe: The constructor arguments of the estimator that was fitted (to refit the
             same model on other rows), or None.
+        phase_shares: How compile time splits into parts of XLA's compile (what a
+            per-part calibration weighs its factors by), or None.
 
     Example:
         >>> predictor.predict([features.model_inputs()])["compile_seconds"]["hi"]
@@ -111,6 +114,7 @@ class Predictor:
     reference_power: float = 0.0
     reference_seconds: float | None = None
     recipe: Mapping[str, Any] | None = field(default=None)
+    phase_shares: PhaseShares | None = None
 
     def table(self, X) -> Table:
         """The model's inputs and derived columns for X (a DataFrame or feature mappings)."""
@@ -127,6 +131,13 @@ class Predictor:
         columns = self.tree_columns(table)
         return {target: np.add(*fitted.parts(table, columns))
                 for target, fitted in self.targets.items()}
+
+    def part_shares(self, X) -> dict[str, np.ndarray] | None:
+        """Each part's predicted share of the compile (`phase_shares.PARTS`), per row of
+        X; None for a model fitted without them."""
+        if self.phase_shares is None:
+            return None
+        return self.phase_shares.predict(Table.of(X, self.feature_names))
 
     def predict(self, X) -> dict[str, dict[str, np.ndarray]]:
         """Point estimate and interval per target, in natural units.
@@ -160,11 +171,16 @@ class Predictor:
                                  "forest": fitted.forest is not None,
                                  "bands": fitted.bands is not None,
                                  "oof_residual_mad": fitted.oof_residual_mad}
+        if self.phase_shares is not None:
+            arrays["phase_shares.coef"] = np.asarray(self.phase_shares.coef, float)
         meta = {"format": FORMAT, "feature_names": list(self.feature_names),
                 "tree_exclude": list(self.tree_exclude),
                 "reference_power": self.reference_power,
                 "reference_seconds": self.reference_seconds,
-                "recipe": jsonable(self.recipe), "targets": described}
+                "recipe": jsonable(self.recipe), "targets": described,
+                "phase_shares": None if self.phase_shares is None else {
+                    "terms": list(self.phase_shares.terms),
+                    "modelled": list(self.phase_shares.modelled)}}
         arrays["meta"] = np.array(json.dumps(meta, allow_nan=False))
         return arrays
 
@@ -193,10 +209,14 @@ class Predictor:
                 added=tuple(described["added"]), coef=part("coef"), forest=forest,
                 lo=float(lo), hi=float(hi), bands=bands,
                 oof_residual_mad=described.get("oof_residual_mad"))
+        shares = meta.get("phase_shares")
         return cls(feature_names=tuple(meta["feature_names"]), targets=targets,
                    tree_exclude=tuple(meta["tree_exclude"]),
                    reference_power=float(meta["reference_power"]),
-                   reference_seconds=meta["reference_seconds"], recipe=meta["recipe"])
+                   reference_seconds=meta["reference_seconds"], recipe=meta["recipe"],
+                   phase_shares=None if shares is None else PhaseShares(
+                       tuple(shares["terms"]), tuple(shares["modelled"]),
+                       np.asarray(arrays["phase_shares.coef"], float)))
 
     def save(self, handle) -> None:
         """Write the model as an uncompressed `.npz` to a binary file handle; the same

@@ -1,5 +1,5 @@
 """Artifacts: plain-data round trip, verification before reading, pickled artifacts refused
-and converted, default paths, calibration."""
+and converted, default paths."""
 
 from __future__ import annotations
 
@@ -11,10 +11,7 @@ import numpy as np
 import pytest
 
 from costmodel.features import MODEL_FEATURES, SCHEMA_VERSION
-from costmodel.features.environment import cpu_model
 from costmodel.models import ArtifactError, default_path, load
-from costmodel.models.calibration import load_calibration
-from costmodel.training.calibrate import calibrate
 from costmodel.training.dataset import fingerprint
 from costmodel.training.fit import features_frame, train
 from costmodel.training.publish import convert_pickled, save
@@ -175,20 +172,23 @@ def test_default_paths():
     assert default_path("gpu") == default_path("gpu", "h100")
 
 
-def test_calibration_file(tmp_path, monkeypatch):
-    path = tmp_path / "calibration.json"
-    monkeypatch.setenv("COSTMODEL_CALIBRATION", str(path))
-    assert load_calibration() == 1.0
-    path.write_text(json.dumps({"scale": 1.25, "cpu_model": cpu_model()}))
-    assert load_calibration() == 1.25
-    path.write_text(json.dumps({"scale": 1.25, "cpu_model": "another machine"}))
-    assert load_calibration() == 1.0
+def test_phase_shares_travel_with_the_model(saved, tmp_path):
+    from dataclasses import replace
 
+    from costmodel.models.phase_shares import PhaseShares
+    from costmodel.models.predictor import Predictor
 
-@pytest.mark.slow
-def test_calibrate_times_the_reference_program(tmp_path):
-    path = tmp_path / "calibration.json"
-    record = calibrate(1.0, reference_seconds=0.05, path=path)
-    assert record["repeats"] >= 3
-    assert record["scale"] == pytest.approx(record["reference_seconds_here"] / 0.05)
-    assert load_calibration(path) == pytest.approx(record["scale"])
+    art, rows = saved
+    shares = PhaseShares(("hlo_ops_inlined",), ("hlo", "other"),
+                         np.array([[-2.0, 0.3], [-1.0, -0.1]]))
+    with open(tmp_path / "model.npz", "wb") as handle:
+        replace(art.predictor, phase_shares=shares).save(handle)
+    back = Predictor.load(tmp_path / "model.npz")
+    inputs = features_frame(rows.iloc[:3]).to_dict("records")
+    got = back.part_shares(inputs)
+    assert set(got) == {"hlo", "backend", "other"}
+    np.testing.assert_allclose(sum(got.values()), 1.0)
+    ops = np.log1p([row["hlo_ops_inlined"] for row in inputs])
+    expected_hlo = np.exp(-2 + 0.3 * ops) / (1 + np.exp(-2 + 0.3 * ops) + np.exp(-1 - 0.1 * ops))
+    np.testing.assert_allclose(got["hlo"], expected_hlo)
+    assert art.predictor.part_shares(inputs) is None  # fitted without traced rows

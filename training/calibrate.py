@@ -1,136 +1,172 @@
-"""Per-machine calibration: how fast this machine compiles relative to the training machine.
+"""Per-machine calibration: how fast this machine compiles each part of a compile,
+relative to the training machine.
 
-Every training row timed the fixed reference program next to its own compile, and the
-default model's manifest records the median (`reference_seconds`). Timing the same
-program here, in a fresh process with the compilation cache off, gives the ratio by
-which predicted compile seconds scale on this machine. The result is kept in a small
-JSON file (`$COSTMODEL_CALIBRATION`, else `~/.cache/costmodel/calibration.json`).
+The calibration set (`corpus/calibration.py`: five programs, about a minute here) is
+measured here the way sweeps measure, each program in a fresh process with the
+compilation cache off and one traced compile for its phases. The training machine's
+figures for the same programs are in the default model's manifest (`calibration_set`,
+taken from its sweep rows). One factor per part of the compile (HLO passes, backend, the
+rest) is fitted so that the parts, scaled, add up to each program's compile here;
+predictions then weigh the factors by the program's predicted shares
+(`costmodel.models.phase_shares`). The record goes to a small JSON file
+(`$COSTMODEL_CALIBRATION`, else `~/.cache/costmodel/calibration.json`).
 
-Run `python -m costmodel.training.calibrate` once per machine.
+A manifest without a calibration set (models trained before it) gets the old calibration:
+the reference program alone, one factor for all programs.
+
+Run `costmodel calibrate` once per machine.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import math
 import statistics
-import subprocess
-import sys
-import time
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-from costmodel.features.environment import cpu_model
+import numpy as np
+import pandas as pd
+
+from costmodel.features.environment import cpu_model, host_cpu_count
 from costmodel.models.calibration import calibration_path
+from costmodel.models.phase_shares import PARTS
 
-from .child import RESULT_PREFIX
+from .corpus.calibration import FAMILY, PROGRAMS
+from .phases import part_seconds
 
-MIN_REPEATS = 3
-MAX_REPEATS = 25
-START_UP_SECONDS = 120.0  # interpreter, jax import and backend start before the budget runs
-
-
-def time_reference(seconds_budget: float = 60.0, backend: str = "cpu",
-                   target: str = "") -> list[float]:
-    """Compile seconds of the reference program, repeated in a fresh process.
-
-    A warm-up compile comes first (backend and LLVM start-up, as in the harness), then
-    repeats until `seconds_budget` is spent (at least 3, at most 25).
-    """
-    spec = {"seconds_budget": seconds_budget, "backend": backend, "target": target}
-    proc = subprocess.run([sys.executable, "-m", "costmodel.training.calibrate", "--child"],
-                          input=json.dumps(spec), capture_output=True, text=True,
-                          timeout=seconds_budget + START_UP_SECONDS)
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(RESULT_PREFIX):
-            return json.loads(line[len(RESULT_PREFIX):])["seconds"]
-    tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
-    raise RuntimeError(f"calibration process exited {proc.returncode}: {tail}")
+TIMEOUT_SECONDS = 300.0
+# how far the part factors may stray from the overall one: each part is seen in few
+# programs, so an unpenalised fit chases their noise
+PART_RIDGE = 0.3
+# of the shares a part must have in a program for that program to tell its factor
+MIN_PART_SHARE = 0.1
 
 
-def calibrate(seconds_budget: float = 60.0, *, reference_seconds: float | None = None,
-              path: Path | None = None) -> dict:
-    """Time the reference program here and store `scale = here / training machine`.
+def summary(row: Mapping) -> dict | None:
+    """What calibration compares of one measurement (a sweep row or a child's result):
+    compile seconds, the reference's, and the parts (None when not traced)."""
+    seconds = float(row["compile_seconds"])
+    ref = row.get("ref_seconds")
+    return {"compile_seconds": seconds,
+            "ref_seconds": None if ref is None or not math.isfinite(float(ref)) else float(ref),
+            "parts": part_seconds(row)}
+
+
+def training_set(rows: pd.DataFrame, reference_seconds: float | None,
+                 reference_power: float) -> dict[str, dict]:
+    """The training machine's calibration figures from its rows of the calibration set:
+    the latest ok row per program, its seconds brought to the model's reference speed
+    (`(reference_seconds / row ref) ** reference_power`, as the model normalises)."""
+    if not {"family", "status", "params", "measured_at"} <= set(rows.columns):
+        return {}
+    ok = rows[(rows["family"] == FAMILY) & (rows["status"] == "ok")]
+    out = {}
+    for record in ok.sort_values("measured_at").to_dict("records"):
+        params = record["params"]
+        program = (json.loads(params) if isinstance(params, str) else params)["program"]
+        measured = summary(record)
+        factor = 1.0
+        if reference_seconds and measured["ref_seconds"]:
+            factor = (reference_seconds / measured["ref_seconds"]) ** reference_power
+        out[program] = {"compile_seconds": measured["compile_seconds"] * factor,
+                        "parts": None if measured["parts"] is None else
+                        {k: v * factor for k, v in measured["parts"].items()}}
+    return out
+
+
+def measure_set(programs: Sequence[str] = tuple(PROGRAMS), max_repeats: int = 3,
+                progress: Callable[[str], None] | None = None) -> dict[str, dict]:
+    """Each calibration program measured here in a fresh process, as sweeps measure."""
+    from .runner import run_child
+
+    out = {}
+    for program in programs:
+        spec = {"family": FAMILY, "params": {"program": program}, "backend": "cpu",
+                "target": "", "max_repeats": max_repeats}
+        result = run_child(spec, timeout=TIMEOUT_SECONDS)
+        if result.get("status") != "ok":
+            raise RuntimeError(f"calibration program {program!r} did not compile here: "
+                               f"{result.get('status')}: {result.get('message')}")
+        out[program] = summary(result)
+        if progress:
+            progress(program)
+    return out
+
+
+def part_scales(here: Mapping[str, dict], training: Mapping[str, dict]
+                ) -> tuple[float, dict[str, float] | None]:
+    """(overall factor, factor per part): the overall one the median of the programs'
+    ratios; the parts' fitted so that each program's training parts, scaled, give its
+    seconds here (least squares in log seconds, held near the overall factor)."""
+    from scipy.optimize import least_squares
+
+    common = [p for p in here if p in training]
+    if not common:
+        raise ValueError("no calibration program measured both here and for the model")
+    ratios = [math.log(here[p]["compile_seconds"] / training[p]["compile_seconds"])
+              for p in common]
+    overall = statistics.median(ratios)
+    traced = [p for p in common if training[p]["parts"]]
+    if len(traced) < len(PARTS):
+        return math.exp(overall), None
+    parts = np.array([[training[p]["parts"][k] for k in PARTS] for p in traced])
+    seen = (parts / parts.sum(axis=1, keepdims=True)).max(axis=0) >= MIN_PART_SHARE
+    measured = np.log([here[p]["compile_seconds"] for p in traced])
+
+    log_scales = np.full(len(PARTS), overall)  # a part no program leans on keeps it
+
+    def residual(free: np.ndarray) -> np.ndarray:
+        log_scales[seen] = free
+        fit = np.log(parts @ np.exp(log_scales)) - measured
+        return np.concatenate([fit, PART_RIDGE * (free - overall)])
+
+    log_scales[seen] = least_squares(residual, np.full(int(seen.sum()), overall)).x
+    return math.exp(overall), {k: float(math.exp(v)) for k, v in zip(PARTS, log_scales)}
+
+
+def calibrate(*, path: Path | None = None, manifest: Mapping | None = None,
+              progress: Callable[[str], None] | None = None) -> dict:
+    """Measure the calibration set here and store this machine's factors.
 
     Args:
-        seconds_budget: Seconds to spend on repeats (start-up comes on top).
-        reference_seconds: Training machine's reference median; default: from the
-            manifest of the default CPU model (read without loading the estimator).
         path: Calibration file to write; default: `calibration_path()`.
+        manifest: The model manifest to calibrate against; default: the shipped CPU
+            model's (read without loading the model).
+        progress: Called with each program's name once it is measured.
 
     Returns:
-        The stored record (scale, measured_at, cpu_model, the two reference medians, ...)
-        and the `path` it was stored at.
+        The stored record (overall scale, part scales, both machines' figures per
+        program, cpu model and count, ...) and the `path` it was stored at.
 
     Example:
-        >>> calibrate(30)["scale"]
-        1.27
+        >>> calibrate()["part_scales"]
+        {'hlo': 1.1, 'backend': 1.6, 'other': 1.2}
     """
-    from costmodel.models import default_path, verify
+    if manifest is None:
+        from costmodel.models import default_path, verify
 
-    model_version = None
-    if reference_seconds is None:
         manifest = verify(default_path("cpu"))
-        reference_seconds = manifest.get("reference_seconds")
-        model_version = manifest["version"]
-        if not reference_seconds:
-            raise ValueError(f"the default model {model_version} records no reference_seconds")
-    times = time_reference(seconds_budget)
-    here = statistics.median(times)
+    training = manifest.get("calibration_set") or {}
+    if not training:  # a model from before the calibration set: its reference alone
+        reference = manifest.get("reference_seconds")
+        if not reference:
+            raise ValueError(f"model {manifest.get('version')} records neither a "
+                             "calibration set nor reference_seconds")
+        training = {"reference": {"compile_seconds": reference, "parts": None}}
+    here = measure_set([p for p in PROGRAMS if p in training], progress=progress)
+    scale, parts = part_scales(here, training)
     record = {
-        "scale": here / reference_seconds,
+        "scale": scale,
+        "part_scales": parts,
         "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "cpu_model": cpu_model(),
-        "cpu_count": os.cpu_count() or 1,
-        "reference_seconds_here": here,
-        "reference_seconds_model": reference_seconds,
-        "model_version": model_version,
-        "repeats": len(times),
-        "spread": (max(times) - min(times)) / here if here > 0 else 0.0,
+        "cpu_count": host_cpu_count(),
+        "model_version": manifest.get("version"),
+        "programs": {p: {"here": here[p], "training": training[p]} for p in here},
     }
     path = Path(path) if path is not None else calibration_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n")
     return {**record, "path": str(path)}
-
-
-def _child() -> int:
-    """The measuring side: configure like a measurement process, time, print one line."""
-    from .child import configure
-
-    spec = json.loads(sys.stdin.read())
-    configure(spec)
-    import jax
-
-    jax.config.update("jax_enable_compilation_cache", False)
-    from .harness import CompileEvents, compile_once, placement
-    from .reference import build_reference
-
-    events = CompileEvents()
-    place = placement(spec.get("backend", "cpu"), spec.get("target", ""))
-    compile_once(build_reference, place, events)  # warm-up, not timed
-    deadline = time.monotonic() + float(spec["seconds_budget"])
-    seconds: list[float] = []
-    while len(seconds) < MIN_REPEATS or (time.monotonic() < deadline
-                                         and len(seconds) < MAX_REPEATS):
-        seconds.append(compile_once(build_reference, place, events)[1])
-    sys.stdout.write(RESULT_PREFIX + json.dumps({"seconds": seconds}) + "\n")
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Calibrate compile-time predictions here.")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--seconds", type=float, default=60.0, help="time budget for repeats")
-    args = parser.parse_args(argv)
-    if args.child:
-        return _child()
-    record = calibrate(args.seconds)
-    sys.stdout.write(json.dumps(record, indent=2) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

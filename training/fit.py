@@ -7,6 +7,7 @@ The estimator itself (`CompileCostModel`) lives in `estimator.py`, its baselines
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,7 @@ from .estimator import (
     Table,
     augment,
 )
+from .phase_model import fit_phase_shares
 
 if TYPE_CHECKING:
     from costmodel.models import Artifact
@@ -149,6 +151,8 @@ def train(data: pd.DataFrame, backend: str, target: str = "", **params) -> Compi
 
     Each target trains on the rows that have its label; targets with too few such rows
     are left out (`untrainable_targets` names them). Compile time cannot be left out.
+    Rows with a traced compile also fit the model's phase shares (what a per-part
+    calibration weighs by).
 
     Example:
         >>> model = train(dataset.load("training/data/cpu/rows.parquet"), "cpu", "")
@@ -165,8 +169,10 @@ def train(data: pd.DataFrame, backend: str, target: str = "", **params) -> Compi
                  if "ref_seconds" in rows else None)
     params, options = split_options(params)
     model = CompileCostModel(**model_params(backend, params))
-    return model.fit(features_frame(rows), y, groups=holdout_groups(rows), reference=reference,
-                     sample_weight=row_weights(libraries(rows), **options))
+    model.fit(features_frame(rows), y, groups=holdout_groups(rows), reference=reference,
+              sample_weight=row_weights(libraries(rows), **options))
+    model.predictor_ = replace(model.predictor_, phase_shares=fit_phase_shares(rows))
+    return model
 
 
 def retrain(data: pd.DataFrame, backend: str, target: str, out: Path, name: str,

@@ -8,7 +8,7 @@ import platform
 from functools import lru_cache
 from pathlib import Path
 
-from costmodel.features.environment import cpu_model
+from costmodel.features.environment import cpu_model, host_cpu_count
 
 # Files whose content defines how a compile is measured; their hash versions the rows.
 _HARNESS_FILES = ("harness.py", "reference.py", "child.py", "runner.py", "gpu_target.py",
@@ -37,7 +37,7 @@ def environment() -> dict[str, str | int]:
         "jaxlib_version": jaxlib.__version__,
         "python_version": platform.python_version(),
         "cpu_model": cpu_model(),
-        "cpu_count": os.cpu_count() or 1,
+        "cpu_count": host_cpu_count(),
         "hostname": platform.node(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "harness_version": harness_version(),

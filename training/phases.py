@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 import tempfile
 from collections import defaultdict
@@ -193,3 +194,23 @@ def explained_seconds(seconds: dict[str, float | None]) -> float | None:
     if all(s is None for s in parts):
         return None
     return sum(s for s in parts if s is not None)
+
+
+def part_seconds(row) -> dict[str, float] | None:
+    """A row's compile seconds split into the parts of `costmodel.models.phase_shares`:
+    HLO passes (both pipelines), the backend, and the rest, in the proportions its traced
+    compile showed. None when the row has no usable trace."""
+    try:
+        wall = float(row[WALL_COLUMN])
+        hlo = sum(float(row[column(p)]) for p in HLO_PIPELINES)
+        backend = float(row[column("backend")])
+        total = float(row["compile_seconds"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not all(map(math.isfinite, (wall, hlo, backend, total))) or wall <= 0 or total <= 0:
+        return None
+    hlo, backend = min(hlo / wall, 1.0), min(backend / wall, 1.0)
+    other = max(1.0 - hlo - backend, 0.0)
+    norm = hlo + backend + other
+    return {"hlo": total * hlo / norm, "backend": total * backend / norm,
+            "other": total * other / norm}

@@ -46,6 +46,7 @@ def save(estimator: Any, path: str | os.PathLike, *, backend: str, target: str,
     """
     import sklearn
 
+    from .calibrate import training_set
     from .dataset import fingerprint
 
     predictor = as_predictor(estimator)
@@ -79,6 +80,9 @@ def save(estimator: Any, path: str | os.PathLike, *, backend: str, target: str,
                                        data["family"].value_counts().sort_index().items()}
                           if "family" in data else {}},
         "reference_seconds": float(reference.median()) if reference.notna().any() else None,
+        # the training machine's figures for `costmodel calibrate` (CPU compiles only)
+        "calibration_set": training_set(data, predictor.reference_seconds,
+                                        predictor.reference_power) if backend == "cpu" else {},
         "metrics": metrics,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }

@@ -25,6 +25,7 @@ Register your own family the same way the built-in ones do::
 """
 
 from . import applied as _applied  # noqa: F401
+from . import calibration as _calibration  # noqa: F401
 from . import control as _control  # noqa: F401
 from . import conv as _conv  # noqa: F401  (importing registers the families)
 from . import dense as _dense  # noqa: F401
