@@ -21,6 +21,7 @@ import pandas as pd
 from flask import Blueprint, current_app, request, url_for
 from werkzeug.exceptions import NotFound
 
+from costmodel.features import Placement
 from costmodel.models import load
 from costmodel.training import dataset
 from costmodel.training.fit import select_rows, train
@@ -116,7 +117,7 @@ def _save_candidate(estimator, train_rows: pd.DataFrame, out: Path, key: tuple[s
 
 def _retrain_group(state, job_id: str, data: pd.DataFrame, key: tuple[str, str]) -> dict:
     backend, target = key
-    label = backend + (f"-{target}" if target else "")
+    label = Placement(backend, target).label
     current = state.registry.get(backend, target)
     rows, samples, dropped = _screened(select_rows(data, backend, target), current)
     train_rows, holdout = holdout_split(rows, float(state.config["HOLDOUT_FRACTION"]))

@@ -109,8 +109,8 @@ def predict_all(programs: Mapping[str, Build], model, place) -> tuple[dict, dict
     for name, build in programs.items():
         fn, fn_args = build()
         try:
-            p = costmodel.predict(fn, *place.args(fn_args), backend=place.backend,
-                                  target=place.target or None, model=model)
+            p = costmodel.lower(fn, *place.args(fn_args)).predict(
+                backend=place.backend, target=place.target or None, model=model)
         except Exception as exc:  # e.g. a host callback cannot lower for a deviceless GPU
             skipped[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
             print(f"{name}: skipped, it does not lower here ({skipped[name]})")

@@ -129,7 +129,7 @@ def run(quick: bool) -> dict:
     compile_seconds(*unrolled_pair(3, 8)[1:3])  # warm-up
     results = []
     for name, original, args, strategy, build_alt in pairs:
-        advice = costmodel.advise(original, *args, budget_seconds=0.0)
+        advice = costmodel.lower(original, *args).advise(budget_seconds=0.0)
         predicted = {a.strategy: a.predicted_compile_seconds for a in advice.alternatives}
         if strategy not in predicted:
             results.append({"pair": name, "skipped": f"advice offered no {strategy}"})

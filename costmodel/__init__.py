@@ -4,26 +4,28 @@ and advise whether to split a jit.
 Example:
     >>> import costmodel
     >>> costmodel.predict(f, x)          # a Prediction, never compiling
-    >>> print(costmodel.advise(f, x, budget_seconds=5))
+    >>> print(costmodel.lower(f, x).advise(budget_seconds=5))
 """
 
 from ._advise import Advice as Advice
 from ._advise import Alternative as Alternative
-from ._advise import advise as advise
 from ._advise import advise_features as advise_features
 from ._guard import CompileBudgetExceeded as CompileBudgetExceeded
 from ._guard import CompileBudgetWarning as CompileBudgetWarning
 from ._guard import jit as jit
 from ._predict import Prediction as Prediction
-from ._predict import predict as predict
 from ._predict import predict_features as predict_features
 from ._predict import predict_stablehlo as predict_stablehlo
 from ._record import record as record
+from ._stage import Stage as Stage
+from ._stage import advise as advise
+from ._stage import lower as lower
+from ._stage import predict as predict
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Advice", "Alternative", "CompileBudgetExceeded", "CompileBudgetWarning", "Prediction",
-    "advise", "advise_features", "jit", "predict", "predict_features", "predict_stablehlo",
-    "record",
+    "Stage", "advise", "advise_features", "jit", "lower", "predict", "predict_features",
+    "predict_stablehlo", "record",
 ]

@@ -37,7 +37,7 @@ class Advice:
     """Whether to split, why, and the alternatives considered (cheapest first).
 
     Example:
-        >>> a = costmodel.advise(unrolled_loop, x, budget_seconds=5)
+        >>> a = costmodel.lower(unrolled_loop, x).advise(budget_seconds=5)
         >>> a.split, a.alternatives[0].strategy
         (True, 'scan')
     """
@@ -63,7 +63,7 @@ class Advice:
 
 
 def _predict_program(fn, shapes, backend: str, target: str, model) -> float:
-    features, _ = features_of(fn, tuple(shapes), {}, backend, target, jaxpr=False)
+    features = features_of(fn, tuple(shapes), backend, target, jaxpr=False)
     return predict_features(features, model=model).compile_seconds
 
 
@@ -169,19 +169,9 @@ def advise_features(features: Features, budget_seconds: float = 10.0, model=None
     return decide(whole, alternatives, budget_seconds)
 
 
-def advise(f, *args: Any, budget_seconds: float = 10.0, backend: str | None = None,
-           target: str | None = None, model=None, **kwargs: Any) -> Advice:
-    """Should I split this jit? Predicts the whole program and each alternative.
-
-    Alternatives: repeated identical blocks as `lax.scan`, inner jits compiled on their
-    own, captured constants passed as arguments; "keep" when the whole program fits the
-    budget or no alternative saves 30% or more. Never compiles.
-
-    Example:
-        >>> advice = costmodel.advise(f, x, budget_seconds=5)
-        >>> advice.split, advice.alternatives[0].strategy
-    """
-    features, traced = features_of(f, args, kwargs, backend, target)
+def advise_program(features: Features, traced, budget_seconds: float, model) -> Advice:
+    """Advice for a program from its features and its trace (None for a program given
+    lowered: then only "keep" is considered). `costmodel.advise` and `Stage.advise`."""
     whole = predict_features(features, model=model)
     alternatives = []
     if traced is not None:

@@ -85,8 +85,8 @@ def run(compile_programs: bool = True, budget_seconds: float = 1.0, as_json: boo
     """Print the demo table (or return rows as JSON-ready dicts)."""
     import jax
 
-    from ._advise import advise
     from ._predict import _fmt_seconds
+    from ._stage import lower
 
     jax.config.update("jax_enable_compilation_cache", False)
     if compile_programs:  # the first compile in a process pays one-off start-up costs
@@ -97,7 +97,7 @@ def run(compile_programs: bool = True, budget_seconds: float = 1.0, as_json: boo
     rows = []
     for name, build in examples():
         fn, args = build()
-        advice = advise(fn, *args, budget_seconds=budget_seconds)
+        advice = lower(fn, *args).advise(budget_seconds=budget_seconds)
         pred = advice.prediction
         best = advice.alternatives[0]
         row = {"program": name, "predicted_seconds": pred.compile_seconds,

@@ -6,7 +6,8 @@ import functools
 import warnings
 from typing import Any, Literal
 
-from ._advise import Advice, advise
+from ._advise import Advice
+from ._stage import lower
 
 
 class CompileBudgetWarning(UserWarning):
@@ -71,8 +72,8 @@ class GuardedJit:
         """Predict (and advise on) the compile for these arguments, without compiling."""
         key = _signature(args, kwargs, self._static, self._static_names)
         if key not in self._checked:
-            self._checked[key] = advise(self._plain, *args, budget_seconds=self._budget,
-                                        backend=self._backend, target=self._target, **kwargs)
+            self._checked[key] = lower(self._plain, *args, **kwargs).advise(
+                budget_seconds=self._budget, backend=self._backend, target=self._target)
         return self._checked[key]
 
     def _on_trace(self, *args: Any, **kwargs: Any):

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from costmodel.features import Features, from_lowered, normalize_target
+from costmodel.features import Features, from_lowered
 
 _PLATFORM = {"cpu": "cpu", "gpu": "cuda"}
 
@@ -16,21 +14,15 @@ def default_backend() -> str:
     return "gpu" if jax.default_backend() in ("gpu", "cuda", "rocm") else "cpu"
 
 
-def trace_and_lower(f, args: tuple, kwargs: dict, backend: str):
-    """(traced or None, lowered) for `f`, lowered for `backend`'s platform when possible.
+def lower_for(traced, lowered, backend: str):
+    """(traced or None, lowered): `lowered` as given, else `traced` lowered for
+    `backend`'s platform when possible.
 
     Lowering for another platform than the local one (`lowering_platforms`) needs that
     platform's lowering rules; when JAX lacks them we fall back to the local lowering.
     """
-    import jax
-
-    if isinstance(f, jax.stages.Lowered):
-        return None, f
-    if isinstance(f, jax.stages.Traced):
-        traced = f
-    else:
-        jitted = f if hasattr(f, "trace") else jax.jit(f)
-        traced = jitted.trace(*args, **kwargs)
+    if lowered is not None:
+        return None, lowered
     platform = _PLATFORM[backend]
     local = "cpu" if default_backend() == "cpu" else "cuda"
     if platform != local:
@@ -41,11 +33,10 @@ def trace_and_lower(f, args: tuple, kwargs: dict, backend: str):
     return traced, traced.lower()
 
 
-def features_of(f, args: tuple, kwargs: dict, backend: str | None,
-                target: str | None, jaxpr: bool = True) -> tuple[Features, Any]:
-    """Features of `f(*args, **kwargs)` for (backend, target), never compiling; also the traced.
+def features_of(fn, args: tuple, backend: str, target: str, jaxpr: bool = True) -> Features:
+    """Features of `jax.jit(fn)(*args)` for (backend, target), never compiling (the
+    programs advice rewrites)."""
+    import jax
 
-    `jaxpr=False` skips the jaxpr features (NaN), which only advice reads."""
-    backend, target = normalize_target(backend or default_backend(), target)
-    traced, lowered = trace_and_lower(f, args, kwargs, backend)
-    return from_lowered(traced, lowered, backend=backend, target=target, jaxpr=jaxpr), traced
+    traced, lowered = lower_for(jax.jit(fn).trace(*args), None, backend)
+    return from_lowered(traced, lowered, backend=backend, target=target, jaxpr=jaxpr)

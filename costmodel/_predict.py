@@ -11,9 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from costmodel.features import MODEL_FEATURES, Features, from_stablehlo, normalize_target
-
-from ._lowering import features_of
+from costmodel.features import (
+    MODEL_FEATURES,
+    Features,
+    Placement,
+    from_stablehlo,
+    normalize_target,
+)
 
 
 def _fmt_seconds(s: float) -> str:
@@ -25,7 +29,7 @@ def _fmt_seconds(s: float) -> str:
 
 
 def _where(backend: str, target: str) -> str:
-    return backend + (f"/{target}" if target else "")
+    return Placement(backend, target).where
 
 
 def _fmt_bytes(b: float) -> str:
@@ -179,29 +183,3 @@ def predict_stablehlo(text: str, backend: str | None = "cpu", target: str | None
     """Predict from StableHLO module text. Raises `StableHLOParseError` for bad text."""
     backend, target = normalize_target(backend, target)
     return predict_features(from_stablehlo(text, backend=backend, target=target), model=model)
-
-
-def predict(f, *args: Any, backend: str | None = None, target: str | None = None,
-            model=None, **kwargs: Any) -> Prediction:
-    """Predict compile time and memory of `jax.jit(f)(*args, **kwargs)` without compiling.
-
-    Args:
-        f: a function, a jitted function (static arguments work as with jax.jit), or a
-            `jax.stages.Traced` / `jax.stages.Lowered` (then `args` are not needed).
-        *args: arrays or `jax.ShapeDtypeStruct`s, as `jax.jit(f).lower` takes them.
-        backend: "cpu" or "gpu" (default: JAX's default backend here).
-        target: GPU target ("h100", "a100", "h200"); default "h100" for gpu.
-        model: a model to use instead of the shipped default: a `costmodel.models.Artifact`
-            or the folder `costmodel train --out` wrote. Backend and target then default
-            to the model's.
-
-    The prediction's `features` hold the model inputs (StableHLO); jaxpr features are NaN
-    there, as the model does not read them (`costmodel.features.extract` computes all).
-
-    Example:
-        >>> p = costmodel.predict(lambda x: jnp.sin(x) @ x, jnp.ones((512, 512)))
-        >>> print(p)   # Prediction(compile ≈ ..., host memory ≈ ..., cpu)
-    """
-    backend, target = model_placement(model, backend, target)
-    features, _ = features_of(f, args, kwargs, backend, target, jaxpr=False)
-    return predict_features(features, model=model)

@@ -10,6 +10,8 @@ import os
 import sys
 from pathlib import Path
 
+from costmodel.features import Placement
+
 
 class UsageError(Exception):
     """A wrong use of the command line: reported as one line on stderr, exit status 2."""
@@ -61,7 +63,7 @@ def _emit(data, as_json: bool, text: str = "") -> None:
 
 # where programs and models come from ----------------------------------------------
 def _where(backend: str, target: str) -> str:
-    return backend + (f"/{target}" if target else "")
+    return Placement(backend, target).where
 
 
 def shipped_models() -> list[tuple[str, str]]:
@@ -173,12 +175,12 @@ def cmd_demo(args) -> int:
 
 
 def cmd_predict(args) -> int:
-    from ._predict import predict
+    from ._stage import lower
 
     fn, shapes = _program(args)
     backend, target = _model_placement(args)
-    pred = _traced(lambda: predict(fn, *shapes, backend=backend, target=target,
-                                   model=args.model))
+    pred = _traced(lambda: lower(fn, *shapes).predict(backend=backend, target=target,
+                                                       model=args.model))
     text = repr(pred)
     if args.explain:
         text += "\n" + "\n".join(f"  halving {name}: ×{ratio:.2f}" for name, ratio in pred.explain())
@@ -187,12 +189,13 @@ def cmd_predict(args) -> int:
 
 
 def cmd_advise(args) -> int:
-    from ._advise import advise
+    from ._stage import lower
 
     fn, shapes = _program(args)
     backend, target = _model_placement(args)
-    advice = _traced(lambda: advise(fn, *shapes, budget_seconds=args.budget, backend=backend,
-                                    target=target, model=args.model))
+    advice = _traced(lambda: lower(fn, *shapes).advise(budget_seconds=args.budget,
+                                                       backend=backend, target=target,
+                                                       model=args.model))
     _emit(advice.to_dict(), args.json, str(advice))
     return 0
 
@@ -243,7 +246,7 @@ def shipped_data(backend: str, target: str) -> Path:
     """The dataset the shipped model for (backend, target) was trained on."""
     import costmodel.training
 
-    label = backend + (f"-{target}" if target else "")
+    label = Placement(backend, target).label
     return Path(costmodel.training.__file__).parent / "data" / label / "rows.parquet"
 
 

@@ -2,6 +2,7 @@
 
 from .environment import KNOWN_BACKENDS as KNOWN_BACKENDS
 from .environment import KNOWN_TARGETS as KNOWN_TARGETS
+from .environment import Placement as Placement
 from .environment import UnknownTargetError as UnknownTargetError
 from .environment import normalize as normalize_target
 from .extract import extract as extract
@@ -20,7 +21,8 @@ from .text_guard import StableHLOParseError as StableHLOParseError
 
 __all__ = [
     "ALL_FEATURES", "JAXPR_FEATURES", "KNOWN_BACKENDS", "KNOWN_TARGETS", "MAX_NESTING",
-    "MODEL_FEATURES", "SCHEMA_VERSION", "STABLEHLO_FEATURES", "Features", "RefusedText",
+    "MODEL_FEATURES", "Placement", "SCHEMA_VERSION", "STABLEHLO_FEATURES", "Features",
+    "RefusedText",
     "StableHLOParseError",
     "UnknownTargetError", "extract", "from_lowered", "from_stablehlo", "lower",
     "normalize_target",

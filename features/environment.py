@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -40,6 +41,35 @@ def normalize(backend: str | None, target: str | None) -> tuple[str, str]:
         raise UnknownTargetError(
             f"unknown target {target!r} for backend {backend!r}; known targets: {known}")
     return backend, target
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a program compiles: a backend and target, normalised once (`normalize`).
+
+    Example:
+        >>> Placement.of("GPU", None)
+        Placement(backend='gpu', target='h100')
+        >>> Placement.of("gpu", "h100").label, Placement.of("gpu", "h100").where
+        ('gpu-h100', 'gpu/h100')
+    """
+
+    backend: str
+    target: str
+
+    @classmethod
+    def of(cls, backend: str | None, target: str | None) -> Placement:
+        return cls(*normalize(backend, target))
+
+    @property
+    def label(self) -> str:
+        """File-name form: `cpu`, `gpu-h100` (model folders, sweep shards)."""
+        return self.backend + (f"-{self.target}" if self.target else "")
+
+    @property
+    def where(self) -> str:
+        """Display form: `cpu`, `gpu/h100`."""
+        return self.backend + (f"/{self.target}" if self.target else "")
 
 
 def jaxlib_version() -> str:

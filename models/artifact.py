@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.features import MODEL_FEATURES, SCHEMA_VERSION, normalize_target
+from costmodel.features import MODEL_FEATURES, SCHEMA_VERSION, Placement, normalize_target
 
 from .predictor import Predictor
 
@@ -160,8 +160,7 @@ def load(path: str | os.PathLike) -> Artifact:
 
 def default_path(backend: str = "cpu", target: str = "") -> Path:
     """Folder of the shipped model for a backend and target: `default/cpu`, `default/gpu-h100`."""
-    backend, target = normalize_target(backend, target)
-    return DEFAULT_ROOT / (backend + (f"-{target}" if target else ""))
+    return DEFAULT_ROOT / Placement.of(backend, target).label
 
 
 def load_default(backend: str = "cpu", target: str = "") -> Artifact:

@@ -117,7 +117,7 @@ def test_predict_stablehlo_equals_library_predict(client, artifact):
     text = jax_text = costmodel.features.lower(unrolled(4), X)[1].as_text()
     response = client.post("/v1/predict", json={"stablehlo": text, "backend": "cpu"})
     assert response.status_code == 200
-    in_process = costmodel.predict(unrolled(4), X, backend="cpu", model=artifact).to_dict()
+    in_process = costmodel.lower(unrolled(4), X).predict(backend="cpu", model=artifact).to_dict()
     assert response.json == json.loads(json.dumps(in_process))
     assert response.json == costmodel.predict_stablehlo(jax_text, model=artifact).to_dict()
     assert response.json["model_version"] == artifact.version

@@ -127,8 +127,8 @@ def test_serves_predictions_identical_to_the_library(server, model_dir):
     text = costmodel.features.lower(unrolled(4), X)[1].as_text()
     status, body = server.request("POST", "/v1/predict", {"stablehlo": text})
     assert status == 200
-    assert body == costmodel.predict(unrolled(4), X, backend="cpu",
-                                     model=load(model_dir)).to_dict()
+    assert body == costmodel.lower(unrolled(4), X).predict(backend="cpu",
+                                                            model=load(model_dir)).to_dict()
     status, batch = server.request("POST", "/v1/predict", {"instances": [feature_body()] * 3})
     assert status == 200 and len(batch["predictions"]) == 3
 

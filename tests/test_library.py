@@ -87,7 +87,7 @@ def test_explain_names_real_features():
 
 def test_advice_on_unrolled_500_step_loop_recommends_scan_far_cheaper():
     # the shipped model, trained on a quiet 2-core machine, puts this at ~0.6 s
-    advice = costmodel.advise(unrolled(500), X, W, budget_seconds=0.25)
+    advice = costmodel.lower(unrolled(500), X, W).advise(budget_seconds=0.25)
     assert advice.split
     best = advice.alternatives[0]
     assert best.strategy == "scan"
@@ -125,7 +125,7 @@ def test_guard_warns_once_per_signature_and_still_runs():
 
 
 def test_gpu_prediction_uses_the_gpu_model():
-    p = costmodel.predict(unrolled(20), X, W, backend="gpu")
+    p = costmodel.lower(unrolled(20), X, W).predict(backend="gpu")
     assert (p.backend, p.target) == ("gpu", "h100")
     assert p.model_version != costmodel.predict(unrolled(20), X, W).model_version
 
@@ -134,8 +134,8 @@ def test_guard_advises_only_on_jax_cache_misses(monkeypatch):
     from costmodel import _guard
 
     calls = []
-    real = _guard.advise
-    monkeypatch.setattr(_guard, "advise", lambda *a, **k: calls.append(a) or real(*a, **k))
+    real = _guard.lower
+    monkeypatch.setattr(_guard, "lower", lambda *a, **k: calls.append(a) or real(*a, **k))
 
     def f(x, n, scale=1.0):
         for _ in range(n):

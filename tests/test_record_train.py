@@ -91,8 +91,8 @@ def test_record_train_predict_end_to_end(recorded, tmp_path):
     artifact = retrain(data, "cpu", "", tmp_path / "m", name="mine", params=FAST)
     assert artifact.manifest["training_data"]["rows"] == 3 * 12 + 5
     x = jax.ShapeDtypeStruct((16,), jnp.float32)
-    small = costmodel.predict(unrolled(4), x, model=str(tmp_path / "m"))
-    large = costmodel.predict(unrolled(400), x, model=tmp_path / "m")
+    small = costmodel.lower(unrolled(4), x).predict(model=str(tmp_path / "m"))
+    large = costmodel.lower(unrolled(400), x).predict(model=tmp_path / "m")
     assert small.model_version == artifact.version != costmodel.predict(unrolled(4), x).model_version
     assert 0 < small.compile_seconds < large.compile_seconds < 600
     assert np.isfinite(small.peak_memory_bytes)
@@ -109,7 +109,7 @@ def test_train_on_rows_lacking_a_label_leaves_that_target_out(recorded, tmp_path
     assert cli.main(["train", "--data", str(tmp_path / "no_rss.jsonl"),
                      "--out", str(out)]) == 0
     assert "not trained: peak_rss_bytes (0 rows with that label" in capsys.readouterr().out
-    p = costmodel.predict(unrolled(4), jax.ShapeDtypeStruct((16,), jnp.float32), model=out)
+    p = costmodel.lower(unrolled(4), jax.ShapeDtypeStruct((16,), jnp.float32)).predict(model=out)
     assert p.compile_seconds > 0 and np.isnan(p.peak_memory_bytes)
     assert "host memory ≈ unknown" in repr(p)
 

@@ -128,10 +128,10 @@ def test_a_body_cycling_through_weights_repeats_whole():
 
 
 def test_advice_on_the_multi_stage_loop_names_its_block_and_line():
-    from costmodel import advise
+    from costmodel import lower
 
     # Before: "2000 identical blocks of 2 operations", a scan predicted slower than keeping.
-    advice = advise(multi_stage(500), X16, STAGES, budget_seconds=0.05)
+    advice = lower(multi_stage(500), X16, STAGES).advise(budget_seconds=0.05)
     best = advice.alternatives[0]
     assert advice.split and best.strategy == "scan"
     assert "500 identical blocks of 8 operations starting at " in advice.reason

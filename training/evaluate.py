@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from costmodel.features import Placement
+
 from . import metrics
 from .estimator import (
     ADDED_TERMS,
@@ -105,7 +107,7 @@ class Evaluation:
 
 
 def backend_label(backend: str, target: str = "") -> str:
-    return backend + (f"-{target}" if target else "")
+    return Placement(backend, target).label
 
 
 def folds(rows: pd.DataFrame, split: str) -> list[tuple[str, np.ndarray, np.ndarray]]:

@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from costmodel.features import Placement
+
 from .estimator import LOG_OFFSETS, TARGETS
 from .fit import features_frame, normalized_seconds
 
@@ -185,7 +187,7 @@ def write_all(preds: pd.DataFrame, rows: pd.DataFrame, estimator, folder: Path,
     folder.mkdir(parents=True, exist_ok=True)
     if label is None:
         first = rows.iloc[0] if len(rows) else {"backend": "cpu", "target": ""}
-        label = first["backend"] + (f"-{first['target']}" if first["target"] else "")
+        label = Placement(first["backend"], first["target"]).label
     rows = rows.reset_index(drop=True)
     return [predicted_vs_measured(preds, folder / f"predicted_vs_measured_{label}.png", label),
             error_by_family(preds, folder / f"error_by_family_{label}.png"),

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from costmodel.features import MODEL_FEATURES, SCHEMA_VERSION
+from costmodel.features import MODEL_FEATURES, SCHEMA_VERSION, Placement
 from costmodel.models.artifact import (
     MANIFEST_FILE,
     MODEL_FILE,
@@ -54,7 +54,7 @@ def save(estimator: Any, path: str | os.PathLike, *, backend: str, target: str,
     path.mkdir(parents=True, exist_ok=True)
     atomic_write(path / MODEL_FILE, predictor.save)
     (path / PICKLED_FILE).unlink(missing_ok=True)
-    label = backend + (f"-{target}" if target else "")
+    label = Placement(backend, target).label
     data_fingerprint = fingerprint(data)
     sha256 = sha256_of(path / MODEL_FILE)
     reference = pd.to_numeric(data.get("ref_seconds", pd.Series(dtype=float)), errors="coerce")

@@ -18,6 +18,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from costmodel.features import Placement
+
 from . import dataset
 from .machine import environment
 from .runner import DEFAULT_MEMORY_LIMIT, DEFAULT_TIMEOUT, run_child
@@ -92,7 +94,7 @@ def measure_program(family: str, params: dict, backend: str, target: str, timeou
 
 
 def _shard_path(config: SweepConfig) -> Path:
-    name = config.backend + (f"-{config.target}" if config.target else "")
+    name = Placement(config.backend, config.target).label
     return Path(config.out) / f"rows-{name}-{platform.node()}-{os.getpid()}.jsonl"
 
 
