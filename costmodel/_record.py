@@ -142,6 +142,9 @@ class record:  # noqa: N801 - reads as a verb: `with costmodel.record(path):`
     def __enter__(self) -> record:
         from jax._src import compiler
 
+        from costmodel._extras import require
+
+        require("train", "costmodel.record")  # rows are dataset rows; RSS needs psutil
         from costmodel.training.dataset import ShardWriter
 
         _listen_for_cache_hits()

@@ -454,6 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from costmodel._argspec import ArgSpecError
+    from costmodel._extras import missing_extra
     from costmodel.features import StableHLOParseError, UnknownTargetError
     from costmodel.models import ArtifactError
 
@@ -463,6 +464,13 @@ def main(argv: list[str] | None = None) -> int:
             FileNotFoundError) as exc:
         message = " ".join(str(exc).split())  # one line, whatever the message held
         print(f"costmodel {args.command}: {message}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        extra = missing_extra(exc)
+        if extra is None:
+            raise
+        print(f"costmodel {args.command}: needs the {extra!r} extra ({exc.name} is not "
+              f"installed): pip install 'costmodel[{extra}]'", file=sys.stderr)
         return 2
 
 

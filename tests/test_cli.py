@@ -205,3 +205,27 @@ def test_demo_prints_its_budget_and_changes_one_program(capsys):
     advice = {row["program"]: row["advice"] for row in rows}
     assert advice.pop("4 stages x 500 unrolled") == "scan"
     assert set(advice.values()) == {"keep"}
+
+
+def test_a_command_whose_extra_is_missing_names_the_extra(monkeypatch, capsys):
+    def needs_pandas(args):
+        raise ModuleNotFoundError("No module named 'pandas'", name="pandas")
+
+    monkeypatch.setattr(cli, "cmd_export", needs_pandas)
+    assert cli.main(["export", "--data", "x", "--out", "y.parquet"]) == 2
+    expected = "needs the 'train' extra (pandas is not installed): pip install 'costmodel[train]'"
+    assert expected in capsys.readouterr().err
+
+
+def test_record_without_its_extra_says_what_to_install(monkeypatch, tmp_path):
+    import importlib.util
+
+    import costmodel
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "psutil" else real(name, *a))
+    with pytest.raises(ImportError, match=r"costmodel.record needs the 'train' extra "
+                                          r"\(psutil missing\): pip install 'costmodel\[train\]'"):
+        with costmodel.record(tmp_path / "rows.jsonl"):
+            pass

@@ -1,5 +1,6 @@
-"""The predict path is runtime code only: no training package, scikit-learn, pandas,
-flask or matplotlib gets imported by `import costmodel; costmodel.predict(...)`."""
+"""The predict path is runtime code only: `import costmodel; costmodel.predict(...)`
+imports no training package and nothing of the optional extras (scikit-learn, pandas,
+flask, matplotlib, ...), so the core install predicts."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import os
 import subprocess
 import sys
 
-FORBIDDEN = ("costmodel.training", "sklearn", "pandas", "flask", "matplotlib", "joblib")
+from costmodel._extras import EXTRA_OF
+
+FORBIDDEN = ("costmodel.training", "costmodel.api", *EXTRA_OF)
 
 SCRIPT = """
 import json, sys
