@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from flask import Blueprint, current_app
 from werkzeug.exceptions import ServiceUnavailable
 
+from costmodel.features import Placement
 from costmodel.models import Artifact
+from costmodel.models.predictor import jsonable
 
 bp = Blueprint("meta", __name__)
-
-
-def _plain(value: Any) -> Any:
-    """JSON without NaN or infinity (a manifest's metric may be undefined)."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def describe(artifact: Artifact) -> dict[str, Any]:
@@ -33,7 +23,7 @@ def describe(artifact: Artifact) -> dict[str, Any]:
         "target": artifact.target,
         "schema_version": manifest["schema_version"],
         "training_rows": (manifest.get("training_data") or {}).get("rows"),
-        "metrics": _plain(manifest.get("metrics") or {}),
+        "metrics": jsonable(manifest.get("metrics") or {}),
         "created": manifest.get("created"),
         "sha256": manifest["sha256"],
     }
@@ -50,13 +40,13 @@ def readyz():
     """200 once at least one verified model is loaded, else 503 saying why."""
     registry = current_app.extensions["costmodel"].registry
     if not len(registry):
-        problems = "; ".join(f"{b}/{t}: {e}" if t else f"{b}: {e}"
+        problems = "; ".join(f"{Placement(b, t).where}: {e}"
                              for (b, t), e in sorted(registry.errors.items()))
         raise ServiceUnavailable(
             "no model is loaded" + (f" ({problems})" if problems else
                                     " (no shipped model and no MODEL_PATHS configured)"))
     return {"status": "ready",
-            "models": [b + (f"/{t}" if t else "") for (b, t), _ in registry.items()]}
+            "models": [Placement(b, t).where for (b, t), _ in registry.items()]}
 
 
 @bp.get("/v1/models")

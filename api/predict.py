@@ -11,7 +11,7 @@ from werkzeug.exceptions import UnprocessableEntity
 
 from costmodel._advise import advise_features
 from costmodel._predict import predict_features
-from costmodel.features import Features
+from costmodel.features import Features, Placement
 from costmodel.models import Artifact
 
 from .errors import ValidationError, json_object, json_type
@@ -31,8 +31,8 @@ def model_for(features: Features) -> Artifact:
     state = current_app.extensions["costmodel"]
     artifact = state.registry.get(features.backend, features.target)
     if artifact is None:
-        loaded = ", ".join(f"{b}/{t}" if t else b for (b, t), _ in state.registry.items())
-        label = features.backend + (f"/{features.target}" if features.target else "")
+        loaded = ", ".join(Placement(b, t).where for (b, t), _ in state.registry.items())
+        label = Placement(features.backend, features.target).where
         raise ValidationError(
             f"no model is loaded for {label} on this server; loaded: {loaded or 'none'}")
     return artifact

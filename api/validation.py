@@ -16,6 +16,7 @@ from costmodel.features import (
     KNOWN_TARGETS,
     MODEL_FEATURES,
     Features,
+    Placement,
     RefusedText,
     StableHLOParseError,
     UnknownTargetError,
@@ -33,7 +34,7 @@ _JAXPR = frozenset(JAXPR_FEATURES)
 
 
 def known_targets_text() -> str:
-    return ", ".join(b + (f"/{t}" if t else "") for b, ts in KNOWN_TARGETS.items() for t in ts)
+    return ", ".join(Placement(b, t).where for b, ts in KNOWN_TARGETS.items() for t in ts)
 
 
 def reject_unknown(body: Mapping[str, Any], allowed: Collection[str], where: str = "") -> None:
