@@ -10,6 +10,8 @@ Example:
 from ._advise import Advice as Advice
 from ._advise import Alternative as Alternative
 from ._advise import advise_features as advise_features
+from ._blame import Blame as Blame
+from ._blame import Region as Region
 from ._guard import CompileBudgetExceeded as CompileBudgetExceeded
 from ._guard import CompileBudgetWarning as CompileBudgetWarning
 from ._guard import jit as jit
@@ -19,13 +21,14 @@ from ._predict import predict_stablehlo as predict_stablehlo
 from ._record import record as record
 from ._stage import Stage as Stage
 from ._stage import advise as advise
+from ._stage import blame as blame
 from ._stage import lower as lower
 from ._stage import predict as predict
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Advice", "Alternative", "CompileBudgetExceeded", "CompileBudgetWarning", "Prediction",
-    "Stage", "advise", "advise_features", "jit", "lower", "predict", "predict_features",
-    "predict_stablehlo", "record",
+    "Advice", "Alternative", "Blame", "CompileBudgetExceeded", "CompileBudgetWarning", "Prediction",
+    "Stage", "advise", "advise_features", "blame", "jit", "lower", "predict", "predict_features",
+    "predict_stablehlo", "record", "Region",
 ]

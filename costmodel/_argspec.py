@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import re
 import sys
@@ -40,7 +41,9 @@ def import_module_or_file(where: str):
     path = Path(where)
     if not path.exists():
         raise ArgSpecError(f"no such file: {path}")
-    module_name = f"_costmodel_user_{path.stem}"
+    # one module per file: two files of the same name in different folders stay apart
+    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+    module_name = f"_costmodel_user_{path.stem}_{digest}"
     if module_name in sys.modules:
         return sys.modules[module_name]
     spec = importlib.util.spec_from_file_location(module_name, path)

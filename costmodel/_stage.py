@@ -16,8 +16,10 @@ from typing import Any
 import numpy as np
 
 from costmodel.features import Features, Placement, from_lowered
+from costmodel.features.regions import region_tallies
 
 from ._advise import Advice, advise_program
+from ._blame import Blame, blame_prediction
 from ._lowering import default_backend, lower_for
 from ._predict import Prediction, model_placement, predict_features
 
@@ -38,6 +40,13 @@ class Stage:
     traced: Any  # jax.stages.Traced, or None when made from a jax.stages.Lowered
     lowered: Any = None  # the jax.stages.Lowered it was made from, else None
     _features: dict = field(default_factory=dict, repr=False)
+    _lowerings: dict = field(default_factory=dict, repr=False)
+
+    def _lowered(self, placement: Placement):
+        if placement.backend not in self._lowerings:
+            self._lowerings[placement.backend] = lower_for(self.traced, self.lowered,
+                                                           placement.backend)
+        return self._lowerings[placement.backend]
 
     def features(self, backend: str | None = None, target: str | None = None, *,
                  jaxpr: bool = True) -> Features:
@@ -46,7 +55,7 @@ class Stage:
         placement = Placement.of(backend or default_backend(), target)
         key = (placement, jaxpr)
         if key not in self._features:
-            traced, lowered = lower_for(self.traced, self.lowered, placement.backend)
+            traced, lowered = self._lowered(placement)
             self._features[key] = from_lowered(traced, lowered, backend=placement.backend,
                                                target=placement.target, jaxpr=jaxpr)
         return self._features[key]
@@ -61,6 +70,15 @@ class Stage:
         """
         backend, target = model_placement(model, backend, target)
         return predict_features(self.features(backend, target, jaxpr=False), model=model)
+
+    def blame(self, backend: str | None = None, target: str | None = None,
+              model=None) -> Blame:
+        """The prediction divided among the source lines it comes from (`costmodel.blame`)."""
+        backend, target = model_placement(model, backend, target)
+        prediction = self.predict(backend, target, model)
+        placement = Placement.of(prediction.backend, prediction.target)
+        module = self._lowered(placement)[1].compiler_ir("stablehlo")
+        return blame_prediction(prediction, region_tallies(module), prediction._artifact)
 
     def advise(self, budget_seconds: float = 10.0, backend: str | None = None,
                target: str | None = None, model=None) -> Advice:
@@ -115,6 +133,18 @@ def predict(f, *args: Any, **kwargs: Any) -> Prediction:
         >>> print(p)   # Prediction(compile ≈ ..., host memory ≈ ..., cpu)
     """
     return lower(f, *args, **kwargs).predict()
+
+
+def blame(f, *args: Any, **kwargs: Any) -> Blame:
+    """Which part of `f` is slow to compile? The prediction for JAX's backend here divided
+    among the user's source lines (library code charged to the line that called it),
+    largest first, summing to the prediction. Every keyword argument goes to `f`; for
+    another backend or model: `costmodel.lower(f, *args).blame(backend="gpu")`.
+
+    Example:
+        >>> print(costmodel.blame(train_step, params, batch))
+    """
+    return lower(f, *args, **kwargs).blame()
 
 
 def advise(f, *args: Any, **kwargs: Any) -> Advice:

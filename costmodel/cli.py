@@ -200,6 +200,18 @@ def cmd_advise(args) -> int:
     return 0
 
 
+def cmd_blame(args) -> int:
+    from ._stage import lower
+
+    fn, shapes = _program(args)
+    backend, target = _model_placement(args)
+    blame = _traced(lambda: lower(fn, *shapes).blame(backend=backend, target=target,
+                                                     model=args.model))
+    text = str(blame).splitlines()
+    _emit(blame.to_dict(), args.json, "\n".join(text[:2 + args.top]))
+    return 0
+
+
 def cmd_sweep(args) -> int:
     from costmodel.training.sweep import SweepConfig, run_sweep
 
@@ -372,7 +384,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     shipped_gpu = [t for b, t in shipped_models() if b == "gpu"]
     for name, func, help_text in (("predict", cmd_predict, "predict compile time and memory"),
-                                  ("advise", cmd_advise, "should I split this jit?")):
+                                  ("advise", cmd_advise, "should I split this jit?"),
+                                  ("blame", cmd_blame,
+                                   "which source lines make the compile slow?")):
         p = add(name, func, help_text)
         p.add_argument("function", help="FILE.py:FUNC or module:FUNC (modules in the "
                                         "current folder are found)")
@@ -388,8 +402,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "shipped model)")
         if name == "predict":
             p.add_argument("--explain", action="store_true", help="features driving it")
-        else:
+        elif name == "advise":
             p.add_argument("--budget", type=seconds, default=10.0, help="budget in seconds")
+        else:
+            p.add_argument("--top", type=count, default=10, help="regions to print")
 
     p = add("sweep", cmd_sweep, "measure real compiles of the program corpus (resumable)")
     measuring_target(p)

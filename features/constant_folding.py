@@ -59,11 +59,14 @@ class ConstantFolding:
     `dot_flops` gives a dot's or convolution's flops (the StableHLO walker's).
     """
 
-    def __init__(self, funcs: dict, tensor: Callable, dot_flops: DotFlops) -> None:
+    def __init__(self, funcs: dict, tensor: Callable, dot_flops: DotFlops,
+                 on_fold: Callable[[object, float, float], None] | None = None) -> None:
         self.funcs = funcs
         self._tensor = tensor
         self._dot_flops = dot_flops
         self._memo: dict = {}
+        # told (op, elements, dot flops) of each op folded: where blame charges the folds
+        self._on_fold = on_fold
 
     def function(self, name: str, constant_args: tuple[bool, ...] = ()) -> tuple[Folds, tuple]:
         """Folds inside `name` and which of its results are constants."""
@@ -117,10 +120,11 @@ class ConstantFolding:
                 if _within_limit(ins + outs):
                     folds.ops += 1
                     flops = self._dot_flops(op, name)
-                    if flops is None:
-                        folds.elements += elements_touched(ins, outs)
-                    else:
-                        folds.dot_flops += flops
+                    elements = elements_touched(ins, outs) if flops is None else 0.0
+                    folds.elements += elements
+                    folds.dot_flops += flops or 0.0
+                    if self._on_fold is not None:
+                        self._on_fold(op, elements, flops or 0.0)
                     folds.bytes += sum(info.nbytes for info in outs if info is not None)
                     constant.update(results)
                     continue  # a folded op's regions (a reduction's body) fold with it

@@ -1,0 +1,90 @@
+"""`costmodel.blame`: the prediction divided among the user's source lines."""
+
+import inspect
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import costmodel
+from costmodel import cli
+
+X = jax.ShapeDtypeStruct((32, 64), jnp.float32)
+W = jax.ShapeDtypeStruct((64, 64), jnp.float32)
+TABLE = np.random.default_rng(0).random((1024, 1024), dtype=np.float32)
+
+
+def _line(fn, text: str) -> str:
+    """`file.py:LINE` of the line of `fn` holding `text`."""
+    source, first = inspect.getsourcelines(fn)
+    offset = next(i for i, line in enumerate(source) if text in line)
+    return f"test_blame.py:{first + offset}"
+
+
+def hidden_loop(x, w):
+    a = jnp.sum(jnp.sin(x)) * 2.0
+    b = jnp.max(jnp.cos(x))
+    for _ in range(300):
+        x = jnp.tanh(x @ w) + 0.1 * x
+    return a + b + jnp.sum(x)
+
+
+def hidden_constant(x):
+    a = jnp.sum(jnp.sin(x))
+    folded = jnp.asarray(TABLE) @ jnp.asarray(TABLE)
+    return a + jnp.sum(folded)
+
+
+def library_calls(x, w):
+    h = jax.nn.gelu(x @ w)
+    return jnp.sum(jax.nn.softmax(h, axis=-1))
+
+
+def test_regions_sum_to_the_prediction():
+    blame = costmodel.blame(hidden_loop, X, W)
+    assert sum(r.seconds for r in blame.regions) == pytest.approx(blame.compile_seconds)
+    assert sum(r.share for r in blame.regions) == pytest.approx(1.0)
+    assert sum(r.peak_memory_bytes for r in blame.regions) == pytest.approx(
+        blame.peak_memory_bytes)
+    assert blame.compile_seconds == costmodel.predict(hidden_loop, X, W).compile_seconds
+
+
+def test_the_unrolled_loop_is_blamed_first_by_its_line():
+    top = costmodel.blame(hidden_loop, X, W).regions[0]
+    assert top.source == _line(hidden_loop, "jnp.tanh(x @ w)")
+    assert top.name == "hidden_loop" and top.share > 0.8
+    assert top.ops >= 300 * 4
+
+
+def test_a_folded_captured_constant_is_blamed_on_the_line_that_uses_it():
+    regions = costmodel.blame(hidden_constant, X).regions
+    assert regions[0].source == _line(hidden_constant, "jnp.asarray(TABLE) @")
+    assert regions[0].share > 0.4  # the folded product; summing it folds too
+
+
+def test_library_code_is_charged_to_the_users_line_that_called_it():
+    sources = {r.source for r in costmodel.blame(library_calls, X, W).regions}
+    assert _line(library_calls, "jax.nn.gelu") in sources
+    assert _line(library_calls, "jax.nn.softmax") in sources
+    assert not any("jax" in s.split(":")[0] for s in sources)
+
+
+def test_cli_blame_prints_the_top_regions_and_json(tmp_path, monkeypatch, capsys):
+    program = tmp_path / "prog.py"
+    program.write_text("import jax.numpy as jnp\n\n"
+                       "def step(x, w):\n"
+                       "    s = jnp.sum(jnp.sin(x))\n"
+                       "    for _ in range(100):\n"
+                       "        x = jnp.tanh(x @ w)\n"
+                       "    return s + jnp.sum(x)\n")
+    monkeypatch.chdir(tmp_path)
+    args = ["prog.py:step", "--arg", "f32[32,64]", "--arg", "f32[64,64]"]
+    assert cli.main(["blame", *args, "--top", "2"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert len(table) == 4 and table[2].startswith("prog.py:6")
+    assert cli.main(["blame", *args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["regions"][0]["source"] == "prog.py:6"
+    assert sum(r["seconds"] for r in out["regions"]) == pytest.approx(out["compile_seconds"])
