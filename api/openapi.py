@@ -143,6 +143,26 @@ def _schemas() -> dict[str, Any]:
         "PredictResponse": {"oneOf": [_ref("Prediction"), {
             "type": "object", "required": ["predictions"],
             "properties": {"predictions": {"type": "array", "items": _ref("Prediction")}}}]},
+        "BlameRequest": {
+            "type": "object", "additionalProperties": False, "required": ["stablehlo"],
+            "properties": {k: v for k, v in program.items() if k != "features"}},
+        "Blame": {"type": "object",
+                  "required": ["compile_seconds", "peak_memory_bytes", "regions", "prediction"],
+                  "properties": {
+                      "compile_seconds": {"type": "number"},
+                      "peak_memory_bytes": {"type": "number"},
+                      "regions": {"type": "array", "description": "largest first; they sum "
+                                  "to the prediction", "items": {
+                                      "type": "object",
+                                      "required": ["source", "name", "seconds", "share",
+                                                   "peak_memory_bytes", "ops"],
+                                      "properties": {
+                                          "source": {"type": "string"},
+                                          "name": {"type": "string"},
+                                          **{k: {"type": "number"} for k in (
+                                              "seconds", "share", "peak_memory_bytes",
+                                              "ops")}}}},
+                      "prediction": _ref("Prediction")}},
         "AdviseRequest": {
             "type": "object", "additionalProperties": False, "oneOf": one_program,
             "properties": {**program, "budget_seconds": {
@@ -232,6 +252,10 @@ def document() -> dict[str, Any]:
                 "Predict compile time and memory", (200, "PredictResponse",
                                                     "One prediction, or one per instance"),
                 program_errors, body="PredictRequest")},
+            "/v1/blame": {"post": _operation(
+                "Which source lines make the compile slow?",
+                (200, "Blame", "The prediction divided among source lines"),
+                program_errors, body="BlameRequest")},
             "/v1/advise": {"post": _operation(
                 "Should this program be split?", (200, "Advice", "Advice"),
                 program_errors, body="AdviseRequest")},

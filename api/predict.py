@@ -10,12 +10,20 @@ from flask import Blueprint, current_app
 from werkzeug.exceptions import UnprocessableEntity
 
 from costmodel._advise import advise_features
+from costmodel._blame import blame_stablehlo
 from costmodel._predict import predict_features
-from costmodel.features import Features, Placement
+from costmodel.features import Placement
 from costmodel.models import Artifact
 
 from .errors import ValidationError, json_object, json_type
-from .validation import PROGRAM_FIELDS, number, program_features, reject_unknown
+from .validation import (
+    PROGRAM_FIELDS,
+    from_text,
+    number,
+    program_features,
+    reject_unknown,
+    target_of,
+)
 
 ADVISE_FIELDS = (*PROGRAM_FIELDS, "budget_seconds")
 MAX_BUDGET_SECONDS = 7 * 24 * 3600.0
@@ -23,16 +31,16 @@ MAX_BUDGET_SECONDS = 7 * 24 * 3600.0
 bp = Blueprint("predict", __name__)
 
 
-def model_for(features: Features) -> Artifact:
-    """The served model for the features' backend and target; 400 when none is loaded.
+def model_for(backend: str, target: str) -> Artifact:
+    """The served model for a backend and target; 400 when none is loaded.
 
     400, not 503: retrying will not help, the server does not serve that target.
     """
     state = current_app.extensions["costmodel"]
-    artifact = state.registry.get(features.backend, features.target)
+    artifact = state.registry.get(backend, target)
     if artifact is None:
         loaded = ", ".join(Placement(b, t).where for (b, t), _ in state.registry.items())
-        label = Placement(features.backend, features.target).where
+        label = Placement(backend, target).where
         raise ValidationError(
             f"no model is loaded for {label} on this server; loaded: {loaded or 'none'}")
     return artifact
@@ -57,7 +65,8 @@ def _predict_one(body: Any, where: str) -> dict[str, Any]:
     reject_unknown(body, PROGRAM_FIELDS, where)
     features = program_features(body, where)
     with np.errstate(all="ignore"):  # an overflow becomes inf: require_finite makes it a 422
-        prediction = predict_features(features, model=model_for(features))
+        artifact = model_for(features.backend, features.target)
+        prediction = predict_features(features, model=artifact)
     return require_finite(prediction.to_dict(), where)
 
 
@@ -79,6 +88,26 @@ def predict():
                             for i, item in enumerate(instances)]}
 
 
+BLAME_FIELDS = ("stablehlo", "backend", "target")
+
+
+@bp.post("/v1/blame")
+def blame():
+    """Which source lines make the compile slow? `blame_stablehlo(...).to_dict()`; only text
+    printed with locations (`as_text(debug_info=True)`) names lines."""
+    body = json_object()
+    reject_unknown(body, BLAME_FIELDS)
+    if "stablehlo" not in body:
+        raise ValidationError("stablehlo: required field is missing (blame needs the module "
+                              "text with its locations: lowered.as_text(debug_info=True))")
+    backend, target = target_of(body)
+    artifact = model_for(backend, target)
+    with np.errstate(all="ignore"):
+        result = from_text(body["stablehlo"], lambda text: blame_stablehlo(
+            text, backend=backend, target=target, model=artifact))
+    return require_finite(result.to_dict(), "")
+
+
 @bp.post("/v1/advise")
 def advise():
     """Should this program be split? `advise_features(...).to_dict()`."""
@@ -88,5 +117,5 @@ def advise():
     features = program_features(body)
     with np.errstate(all="ignore"):
         advice = advise_features(features, budget_seconds=10.0 if budget is None else budget,
-                                 model=model_for(features))
+                                 model=model_for(features.backend, features.target))
     return require_finite(advice.to_dict(), "")

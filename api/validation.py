@@ -7,7 +7,7 @@ A program arrives either as StableHLO text, which goes through the same extracto
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from costmodel.features import (
@@ -102,10 +102,15 @@ def program_features(body: Mapping[str, Any], where: str = "") -> Features:
 
 
 def _from_text(text: Any, backend: str, target: str, where: str) -> Features:
+    return from_text(text, lambda t: from_stablehlo(t, backend=backend, target=target), where)
+
+
+def from_text(text: Any, parse: Callable[[str], Any], where: str = "") -> Any:
+    """`parse(text)` of a `stablehlo` field, every way the text can be bad a 400."""
     if not isinstance(text, str):
         raise ValidationError(f"{where}stablehlo: must be a string, not {json_type(text)}")
     try:
-        return from_stablehlo(text, backend=backend, target=target)
+        return parse(text)
     except RefusedText as exc:
         raise ValidationError(f"{where}stablehlo: {exc}") from None
     except StableHLOParseError as exc:

@@ -12,6 +12,7 @@ from ._advise import Alternative as Alternative
 from ._advise import advise_features as advise_features
 from ._blame import Blame as Blame
 from ._blame import Region as Region
+from ._blame import blame_stablehlo as blame_stablehlo
 from ._guard import CompileBudgetExceeded as CompileBudgetExceeded
 from ._guard import CompileBudgetWarning as CompileBudgetWarning
 from ._guard import jit as jit
@@ -28,7 +29,7 @@ from ._stage import predict as predict
 __version__ = "0.1.0"
 
 __all__ = [
-    "Advice", "Alternative", "Blame", "CompileBudgetExceeded", "CompileBudgetWarning", "Prediction",
-    "Stage", "advise", "advise_features", "blame", "jit", "lower", "predict", "predict_features",
-    "predict_stablehlo", "record", "Region",
+    "Advice", "Alternative", "Blame", "CompileBudgetExceeded", "CompileBudgetWarning",
+    "Prediction", "Region", "Stage", "advise", "advise_features", "blame", "blame_stablehlo",
+    "jit", "lower", "predict", "predict_features", "predict_stablehlo", "record",
 ]

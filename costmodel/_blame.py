@@ -24,7 +24,7 @@ import numpy as np
 
 from costmodel.features.regions import OUTSIDE, RegionTally
 
-from ._predict import Prediction, _fmt_bytes, _fmt_seconds
+from ._predict import Prediction, _fmt_bytes, _fmt_seconds, predict_features
 
 FIXED = "(fixed cost of any compile)"
 # model inputs a region tally counts itself; other size counts are not divided by region
@@ -81,6 +81,19 @@ class Blame:
                 "peak_memory_bytes": self.peak_memory_bytes,
                 "regions": [r.to_dict() for r in self.regions],
                 "prediction": self.prediction.to_dict()}
+
+
+def blame_stablehlo(text: str, backend: str | None = "cpu", target: str | None = None,
+                    model=None) -> Blame:
+    """Blame from StableHLO module text; only text printed with locations
+    (`lowered.as_text(debug_info=True)`) names source lines, else every op is OUTSIDE."""
+    from costmodel.features import normalize_target
+    from costmodel.features.extract import regions_from_stablehlo
+
+    backend, target = normalize_target(backend, target)
+    features, tallies = regions_from_stablehlo(text, backend=backend, target=target)
+    prediction = predict_features(features, model=model)
+    return blame_prediction(prediction, tallies, prediction._artifact)
 
 
 def blame_prediction(prediction: Prediction, tallies: Mapping[str, RegionTally],
@@ -164,4 +177,4 @@ def _spread(parts: dict[str, float], names: list[str], amount: float,
         parts[name] += amount * float(weight)
 
 
-__all__ = ["OUTSIDE", "Blame", "Region", "blame_prediction"]
+__all__ = ["OUTSIDE", "Blame", "Region", "blame_prediction", "blame_stablehlo"]

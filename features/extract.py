@@ -28,6 +28,17 @@ def from_stablehlo(text: str, backend: str | None = "cpu", target: str | None = 
         return _from_module(parse_module(text), backend, target)
 
 
+def regions_from_stablehlo(text: str, backend: str | None = "cpu",
+                           target: str | None = None) -> tuple[Features, dict]:
+    """Features of StableHLO module text and its ops' source regions (`regions.py`):
+    text printed with `as_text(debug_info=True)` carries the locations they come from."""
+    from .regions import region_tallies
+
+    with _PARSE_LOCK:
+        module = parse_module(text)
+        return _from_module(module, backend, target), region_tallies(module)
+
+
 def _from_module(module, backend: str | None, target: str | None) -> Features:
     backend, target = environment.normalize(backend, target)
     values, info = stablehlo_features(module)

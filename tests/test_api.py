@@ -433,3 +433,36 @@ def test_openapi_document_is_valid_openapi_3(client):
     from openapi_spec_validator import validate
 
     validate(client.get("/openapi.json").json)
+
+
+def test_blame_names_the_source_lines_of_text_printed_with_locations(client):
+    import jax
+    import jax.numpy as jnp
+
+    x = jax.ShapeDtypeStruct((32, 64), jnp.float32)
+
+    def program(x, w):
+        for _ in range(100):
+            x = jnp.tanh(x @ w)
+        return jnp.sum(x)
+
+    lowered = jax.jit(program).lower(x, jax.ShapeDtypeStruct((64, 64), jnp.float32))
+    response = client.post("/v1/blame", json={"stablehlo": lowered.as_text(debug_info=True)})
+    assert response.status_code == 200, response.json
+    body = response.json
+    top = body["regions"][0]
+    assert top["source"].startswith("test_api.py:") and top["name"].endswith("program")
+    assert top["share"] > 0.8
+    assert sum(r["seconds"] for r in body["regions"]) == pytest.approx(body["compile_seconds"])
+    assert body["compile_seconds"] == body["prediction"]["compile_seconds"]
+    plain = client.post("/v1/blame", json={"stablehlo": lowered.as_text()}).json
+    assert {r["source"] for r in plain["regions"]} <= {"(outside your code)",
+                                                        "(fixed cost of any compile)"}
+
+
+def test_blame_refuses_a_body_without_text(client):
+    response = client.post("/v1/blame", json={"features": {}})
+    assert response.status_code == 400
+    assert "unknown field(s): features" in response.json["description"]
+    response = client.post("/v1/blame", json={"stablehlo": "not a module"})
+    assert response.status_code == 400 and "stablehlo: not a valid" in response.json["description"]
