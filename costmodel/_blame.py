@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from costmodel.features.regions import OUTSIDE, RegionTally
 
+from ._blame_views import Node, call_tree, icicle_html, trace_events
 from ._predict import Prediction, _fmt_bytes, _fmt_seconds, predict_features
 
 FIXED = "(fixed cost of any compile)"
@@ -65,6 +66,16 @@ class Blame:
     peak_memory_bytes: float
     regions: tuple[Region, ...]
     prediction: Prediction
+    tree: Node | None = field(default=None, repr=False, compare=False)
+
+    def trace(self) -> dict[str, Any]:
+        """Chrome trace-event JSON of the call tree (Perfetto opens it)."""
+        return trace_events(self.tree)
+
+    def html(self) -> str:
+        """A self-contained page with the call tree as an icicle chart."""
+        return icicle_html(self.tree, f"costmodel blame: predicted compile "
+                                      f"{_fmt_seconds(self.compile_seconds)}")
 
     def __str__(self) -> str:
         lines = [f"predicted compile {_fmt_seconds(self.compile_seconds)}, host memory "
@@ -113,8 +124,9 @@ def blame_prediction(prediction: Prediction, tallies: Mapping[str, RegionTally],
                       float(tallies[source].ops) if source in tallies else 0.0)
                for source in dict.fromkeys([*seconds, *memory])]
     regions.sort(key=lambda r: (-r.seconds, r.source))
-    return Blame(prediction.compile_seconds, prediction.peak_memory_bytes, tuple(regions),
-                 prediction)
+    blame = Blame(prediction.compile_seconds, prediction.peak_memory_bytes, tuple(regions),
+                  prediction)
+    return replace(blame, tree=call_tree(blame, tallies))
 
 
 def _divide(target: str, total: float, inputs: Mapping[str, float],

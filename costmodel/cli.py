@@ -207,8 +207,14 @@ def cmd_blame(args) -> int:
     backend, target = _model_placement(args)
     blame = _traced(lambda: lower(fn, *shapes).blame(backend=backend, target=target,
                                                      model=args.model))
-    text = str(blame).splitlines()
-    _emit(blame.to_dict(), args.json, "\n".join(text[:2 + args.top]))
+    text = str(blame).splitlines()[:2 + args.top]
+    if args.html:
+        Path(args.html).write_text(blame.html())
+        text.append(f"icicle chart: {args.html}")
+    if args.trace:
+        Path(args.trace).write_text(json.dumps(blame.trace()))
+        text.append(f"trace (open in https://ui.perfetto.dev): {args.trace}")
+    _emit(blame.to_dict(), args.json, "\n".join(text))
     return 0
 
 
@@ -406,6 +412,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--budget", type=seconds, default=10.0, help="budget in seconds")
         else:
             p.add_argument("--top", type=count, default=10, help="regions to print")
+            p.add_argument("--html", default=None, help="write an icicle chart page here")
+            p.add_argument("--trace", default=None,
+                           help="write Chrome trace-event JSON here (Perfetto opens it)")
 
     p = add("sweep", cmd_sweep, "measure real compiles of the program corpus (resumable)")
     measuring_target(p)

@@ -16,7 +16,7 @@ import re
 import site
 import sys
 import sysconfig
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -39,6 +39,9 @@ class RegionTally:
     dense_constant_bytes: float = 0.0
     fold_elements: float = 0.0
     fold_dot_flops: float = 0.0
+    # ops by the call stack they were reached through: ((function, "file:LINE"), ...),
+    # outermost first, ending at this region's line
+    stacks: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -116,8 +119,10 @@ def region_tallies(module) -> dict[str, RegionTally]:
             if op.name in HLO_STRUCTURAL:
                 continue
             frames = user_frames(str(op.location))
-            stack = outer + tuple((fn, f"{Path(file).name}:{line}")
-                                  for fn, file, line in reversed(frames))
+            own = tuple((fn, f"{Path(file).name}:{line}") for fn, file, line in reversed(frames))
+            # a called function's ops carry either their whole stack (traced in place) or
+            # only their own frames (an inner jit traced on its own): then the call's go first
+            stack = own if outer and own and own[0] == outer[0] else outer + own
             results = list(op.results)
             infos = [tensor(r.type) for r in results]
             record = _Op(stack, calls, trips,
@@ -176,4 +181,5 @@ def _tally(records: list[_Op]) -> dict[str, RegionTally]:
         tally.dense_constant_bytes += r.constant_bytes
         tally.fold_elements += r.fold_elements
         tally.fold_dot_flops += r.fold_dot_flops
+        tally.stacks[r.stack] = tally.stacks.get(r.stack, 0.0) + r.calls
     return tallies

@@ -88,3 +88,44 @@ def test_cli_blame_prints_the_top_regions_and_json(tmp_path, monkeypatch, capsys
     out = json.loads(capsys.readouterr().out)
     assert out["regions"][0]["source"] == "prog.py:6"
     assert sum(r["seconds"] for r in out["regions"]) == pytest.approx(out["compile_seconds"])
+
+
+def helper(x, w):
+    for _ in range(40):
+        x = jnp.tanh(x @ w)
+    return x
+
+
+def two_callers(x, w):
+    a = helper(x, w)
+    b = helper(x * 2, w)
+    return jnp.sum(a + b)
+
+
+def test_the_call_tree_nests_a_helper_under_each_caller():
+    blame = costmodel.blame(two_callers, X, W)
+    tree = blame.tree
+    assert tree.seconds == pytest.approx(blame.compile_seconds)
+    assert sum(c.seconds for c in tree.children.values()) == pytest.approx(tree.seconds)
+    callers = {c.source: c for c in tree.children.values()}
+    first, second = callers[_line(two_callers, "a = helper")], callers[_line(two_callers, "b =")]
+    loop = _line(helper, "jnp.tanh")
+    assert [c.source for c in first.ordered()][0] == loop
+    assert [c.source for c in second.ordered()][0] == loop
+    assert first.seconds == pytest.approx(second.seconds, rel=0.1)
+
+
+def test_trace_events_nest_inside_their_parents():
+    events = costmodel.blame(two_callers, X, W).trace()["traceEvents"]
+    assert events[0]["name"] == "program" and all(e["ph"] == "X" for e in events)
+    end = events[0]["ts"] + events[0]["dur"]
+    assert all(0 <= e["ts"] and e["ts"] + e["dur"] <= end * (1 + 1e-9) for e in events)
+    depth = {e["args"]["depth"] for e in events}
+    assert max(depth) >= 2  # program -> caller line -> helper's loop
+
+
+def test_the_icicle_page_draws_one_rectangle_per_visible_node():
+    page = costmodel.blame(two_callers, X, W).html()
+    assert page.startswith("<!doctype html>") and "<script" not in page
+    assert page.count("<rect") >= 4 and "helper" in page
+    assert 'id=\'icicle\'' in page
