@@ -25,11 +25,12 @@ from ._stage import advise as advise
 from ._stage import blame as blame
 from ._stage import lower as lower
 from ._stage import predict as predict
+from ._stage import profile as profile
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Advice", "Alternative", "Blame", "CompileBudgetExceeded", "CompileBudgetWarning",
     "Prediction", "Region", "Stage", "advise", "advise_features", "blame", "blame_stablehlo",
-    "jit", "lower", "predict", "predict_features", "predict_stablehlo", "record",
+    "jit", "lower", "predict", "predict_features", "predict_stablehlo", "profile", "record",
 ]

@@ -22,6 +22,7 @@ from ._advise import Advice, advise_program
 from ._blame import Blame, blame_prediction
 from ._lowering import default_backend, lower_for
 from ._predict import Prediction, model_placement, predict_features
+from ._profile import Profile, profile_stage
 
 # costmodel's options before they moved onto the stage: a function that does not take one
 # of these gets a hint, not only JAX's "unexpected keyword"
@@ -79,6 +80,11 @@ class Stage:
         placement = Placement.of(prediction.backend, prediction.target)
         module = self._lowered(placement)[1].compiler_ir("stablehlo")
         return blame_prediction(prediction, region_tallies(module), prediction._artifact)
+
+    def profile(self) -> Profile:
+        """Compile once, traced, for JAX's backend here: where the time really went,
+        beside the prediction (`costmodel.profile`)."""
+        return profile_stage(self)
 
     def advise(self, budget_seconds: float = 10.0, backend: str | None = None,
                target: str | None = None, model=None) -> Advice:
@@ -145,6 +151,14 @@ def blame(f, *args: Any, **kwargs: Any) -> Blame:
         >>> print(costmodel.blame(train_step, params, batch))
     """
     return lower(f, *args, **kwargs).blame()
+
+
+def profile(f, *args: Any, **kwargs: Any) -> Profile:
+    """Compile `f(*args, **kwargs)` once under a profiler trace and report where the time
+    went (HLO passes, backend, the rest, the slowest passes) beside the prediction. Every
+    keyword argument goes to `f`. This compiles: run it in a fresh process.
+    """
+    return lower(f, *args, **kwargs).profile()
 
 
 def advise(f, *args: Any, **kwargs: Any) -> Advice:

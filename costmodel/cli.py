@@ -218,6 +218,19 @@ def cmd_blame(args) -> int:
     return 0
 
 
+def cmd_profile(args) -> int:
+    from ._stage import lower
+
+    fn, shapes = _program(args)
+    result = _traced(lambda: lower(fn, *shapes)).profile()
+    text = str(result)
+    if args.html:
+        Path(args.html).write_text(result.html())
+        text += f"\nicicle chart: {args.html}"
+    _emit(result.to_dict(), args.json, text)
+    return 0
+
+
 def cmd_sweep(args) -> int:
     from costmodel.training.sweep import SweepConfig, run_sweep
 
@@ -415,6 +428,13 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--html", default=None, help="write an icicle chart page here")
             p.add_argument("--trace", default=None,
                            help="write Chrome trace-event JSON here (Perfetto opens it)")
+
+    p = add("profile", cmd_profile,
+            "compile once under a profiler: where the time went, beside the prediction")
+    p.add_argument("function", help="FILE.py:FUNC or module:FUNC")
+    p.add_argument("--arg", action="append", default=[],
+                   help="an argument as DTYPE[dims], e.g. f32[1024,1024]; repeat per arg")
+    p.add_argument("--html", default=None, help="write an icicle chart page here")
 
     p = add("sweep", cmd_sweep, "measure real compiles of the program corpus (resumable)")
     measuring_target(p)

@@ -136,7 +136,7 @@ def test_target_help_offers_only_shipped_models():
 
 def test_every_help_shows_the_defaults():
     commands = cli.build_parser()._subparsers._group_actions[0].choices
-    assert len(commands) == 11
+    assert len(commands) == 12
     for name, parser in commands.items():
         text = " ".join(parser.format_help().split())
         options = [a for a in parser._actions

@@ -1,0 +1,49 @@
+"""`costmodel.profile`: one traced compile, by part and HLO pass, beside the prediction."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import costmodel
+from costmodel import cli
+from costmodel._profile import CacheHit
+
+X = jax.ShapeDtypeStruct((32, 64), jnp.float32)
+W = jax.ShapeDtypeStruct((64, 64), jnp.float32)
+
+
+def program(x, w):
+    for _ in range(20):
+        x = jnp.tanh(x @ w) + 0.5 * x
+    return jnp.sum(x)
+
+
+def test_profile_splits_the_measured_compile_into_parts_and_passes():
+    result = costmodel.profile(program, X, W)
+    assert set(result.parts) == {"hlo", "backend", "other"}
+    assert sum(result.parts.values()) == pytest.approx(result.compile_seconds)
+    assert result.parts["backend"] > 0 and result.parts["hlo"] > 0
+    assert 0 < len(result.passes) <= 5 and all(s > 0 for s in result.passes.values())
+    assert result.prediction.compile_seconds > 0
+    assert "HLO passes" in str(result) and "<rect" in result.html()
+
+
+def test_a_program_compiled_before_is_not_measured_again():
+    def other(x, w):  # not `program`: that one the test above compiled already
+        return jnp.sum(jnp.cos(x @ w) * 7)
+
+    stage = costmodel.lower(other, X, W)
+    stage.profile()
+    with pytest.raises(CacheHit, match="fresh process"):
+        stage.profile()
+
+
+def test_cli_profile_prints_the_parts(tmp_path, monkeypatch, capsys):
+    (tmp_path / "profiled.py").write_text(
+        "import jax.numpy as jnp\n\ndef f(x):\n    return jnp.sum(jnp.sin(x) * 3)\n")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["profile", "profiled.py:f", "--arg", "f32[64]", "--json"]) == 0
+    import json
+
+    out = json.loads(capsys.readouterr().out)
+    assert out["compile_seconds"] == pytest.approx(sum(out["parts"].values()))
