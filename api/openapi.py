@@ -11,7 +11,7 @@ from typing import Any
 from flask import Blueprint
 
 import costmodel
-from costmodel.features import ALL_FEATURES, KNOWN_TARGETS, MODEL_FEATURES
+from costmodel.features import ALL_FEATURES, KNOWN_TARGETS, MODEL_FEATURES, SCHEMA_VERSION
 
 from .predict import MAX_BUDGET_SECONDS
 from .samples import (
@@ -130,8 +130,17 @@ def _schemas() -> dict[str, Any]:
                   "properties": {"code": {"type": "integer"}, "name": {"type": "string"},
                                  "description": {"type": "string"}}},
         "FeatureVector": {
-            "type": "object", "additionalProperties": False, "required": list(MODEL_FEATURES),
-            "properties": {n: _count(nullable=n not in MODEL_FEATURES) for n in ALL_FEATURES}},
+            "type": "object", "additionalProperties": False,
+            "description": "what Features.to_dict() gives: its schema_version must be this "
+                           "server's; its backend and target, when given, the request's",
+            "required": ["schema_version", *MODEL_FEATURES],
+            "properties": {
+                "schema_version": {"type": "integer", "enum": [SCHEMA_VERSION]},
+                "backend": {"type": "string", "enum": sorted(KNOWN_TARGETS), "nullable": True},
+                "target": {"type": "string", "enum": targets, "nullable": True},
+                "jaxlib_version": {"type": "string", "nullable": True},
+                "host_cpu_count": {"type": "integer", "nullable": True},
+                **{n: _count(nullable=n not in MODEL_FEATURES) for n in ALL_FEATURES}}},
         "Program": {"type": "object", "additionalProperties": False, "properties": program,
                     "oneOf": one_program},
         "PredictRequest": {"oneOf": [_ref("Program"), {
@@ -231,6 +240,18 @@ def _schemas() -> dict[str, Any]:
                 "name", "version", "backend", "target", "schema_version", "training_rows",
                 "metrics"]}}}},
         "OpenAPI": {"type": "object", "required": ["openapi", "paths"]},
+        "V2Server": {"type": "object", "required": ["name", "version", "extensions"]},
+        "V2Live": {"type": "object", "required": ["live"],
+                   "properties": {"live": {"type": "boolean"}}},
+        "V2Ready": {"type": "object", "required": ["ready"],
+                    "properties": {"ready": {"type": "boolean"}, "name": {"type": "string"}}},
+        "V2Model": {"type": "object", "required": ["name", "versions", "platform", "inputs",
+                                                   "outputs"],
+                    "properties": {"name": {"type": "string"},
+                                   "versions": {"type": "array", "items": {"type": "string"}},
+                                   "platform": {"type": "string"},
+                                   "inputs": {"type": "array", "items": {"type": "object"}},
+                                   "outputs": {"type": "array", "items": {"type": "object"}}}},
     }
 
 
@@ -274,6 +295,18 @@ def document() -> dict[str, Any]:
             "/v1/retrain/{job_id}": {"get": _operation(
                 "Retrain job status", (200, "RetrainJob", "The job"), (401, 403, 404),
                 secured=True, parameter="job_id")},
+            "/v2": {"get": _operation("KServe V2 server metadata",
+                                      (200, "V2Server", "Server name and version"))},
+            "/v2/health/live": {"get": _operation("KServe V2 liveness",
+                                                  (200, "V2Live", "The process is up"))},
+            "/v2/health/ready": {"get": _operation(
+                "KServe V2 readiness", (200, "V2Ready", "A verified model is loaded"), (503,))},
+            "/v2/models/{name}": {"get": _operation(
+                "KServe V2 model metadata (models are named cpu, gpu-h100, ...)",
+                (200, "V2Model", "Version, inputs and outputs"), (404,), parameter="name")},
+            "/v2/models/{name}/ready": {"get": _operation(
+                "KServe V2 model readiness", (200, "V2Ready", "The model is served"), (404,),
+                parameter="name")},
             "/openapi.json": {"get": _operation(
                 "This document", (200, "OpenAPI", "OpenAPI 3 document"))},
         },

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from flask import Blueprint, current_app
+from flask import Blueprint, current_app, g
 from werkzeug.exceptions import UnprocessableEntity
 
 from costmodel._advise import advise_features
@@ -31,15 +32,23 @@ MAX_BUDGET_SECONDS = 7 * 24 * 3600.0
 bp = Blueprint("predict", __name__)
 
 
+def served_models() -> Mapping[tuple[str, str], Artifact]:
+    """The registry's models as this request sees them: one snapshot, taken once."""
+    if "costmodel_models" not in g:
+        g.costmodel_models = current_app.extensions["costmodel"].registry.snapshot()
+    return g.costmodel_models
+
+
 def model_for(backend: str, target: str) -> Artifact:
-    """The served model for a backend and target; 400 when none is loaded.
+    """The served model for a backend and target, from the request's one snapshot of the
+    registry (a batch never mixes versions); 400 when none is loaded.
 
     400, not 503: retrying will not help, the server does not serve that target.
     """
-    state = current_app.extensions["costmodel"]
-    artifact = state.registry.get(backend, target)
+    models = served_models()
+    artifact = models.get((backend, target))
     if artifact is None:
-        loaded = ", ".join(Placement(b, t).where for (b, t), _ in state.registry.items())
+        loaded = ", ".join(Placement(b, t).where for b, t in sorted(models))
         label = Placement(backend, target).where
         raise ValidationError(
             f"no model is loaded for {label} on this server; loaded: {loaded or 'none'}")

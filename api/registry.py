@@ -52,6 +52,11 @@ class ModelRegistry:
         live = self._live.get((backend, target))
         return None if live is None else live.artifact
 
+    def snapshot(self) -> Mapping[Key, Artifact]:
+        """The served models as one read-only mapping: a request that looks every model up
+        in it sees one version of each, whatever swaps while it runs."""
+        return MappingProxyType({key: live.artifact for key, live in self._live.items()})
+
     def items(self) -> list[tuple[Key, Artifact]]:
         return [(key, live.artifact) for key, live in sorted(self._live.items())]
 

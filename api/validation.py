@@ -15,6 +15,7 @@ from costmodel.features import (
     JAXPR_FEATURES,
     KNOWN_TARGETS,
     MODEL_FEATURES,
+    SCHEMA_VERSION,
     Features,
     Placement,
     RefusedText,
@@ -90,7 +91,11 @@ def program_features(body: Mapping[str, Any], where: str = "") -> Features:
         >>> program_features({"stablehlo": text, "backend": "cpu"})["hlo_ops"]
         12.0
     """
-    backend, target = target_of(body, where)
+    vector = body.get("features")
+    # a vector from Features.to_dict() says where it was extracted for; the request may not
+    placed_by = vector if (isinstance(vector, dict) and body.get("backend") is None
+                           and vector.get("backend") is not None) else body
+    backend, target = target_of(placed_by, where)
     given = [name for name in ("stablehlo", "features") if name in body]
     if len(given) != 1:
         raise ValidationError(
@@ -119,13 +124,34 @@ def from_text(text: Any, parse: Callable[[str], Any], where: str = "") -> Any:
         raise ValidationError(f"{where}stablehlo: the module nests too deeply") from None
 
 
+# what `Features.to_dict()` carries beside the features: accepted in a feature vector
+ENVIRONMENT_KEYS = ("schema_version", "backend", "target", "jaxlib_version", "host_cpu_count")
+
+
 def feature_vector(values: Any, backend: str, target: str, where: str = "") -> Features:
-    """`Features` from `{name: number}`: all `MODEL_FEATURES` required, jaxpr ones optional."""
+    """`Features` from `{name: number}` (what `Features.to_dict()` gives): `schema_version`
+    and all `MODEL_FEATURES` required, jaxpr ones optional. A vector of another schema is
+    refused: its numbers mean other things. Its own backend and target, when given, must
+    match the request's."""
     field = f"{where}features"
     if not isinstance(values, dict):
         raise ValidationError(
             f"{field}: must be an object of feature values, not {json_type(values)}")
-    unknown = sorted(set(values) - set(ALL_FEATURES))
+    version = values.get("schema_version")
+    if version is None:
+        raise ValidationError(f"{field}.schema_version: required (this server reads feature "
+                              f"schema {SCHEMA_VERSION}; Features.to_dict() includes it)")
+    if isinstance(version, bool) or version != SCHEMA_VERSION:
+        raise ValidationError(f"{field}.schema_version: {version!r} is not this server's "
+                              f"feature schema {SCHEMA_VERSION}; extract the features again "
+                              f"with a matching costmodel")
+    if values.get("backend") is not None:
+        own = target_of(values, f"{field}.")
+        if own != (backend, target):
+            raise ValidationError(
+                f"{field}.backend: the vector was extracted for {Placement(*own).where}, "
+                f"the request asks for {Placement(backend, target).where}")
+    unknown = sorted(set(values) - set(ALL_FEATURES) - set(ENVIRONMENT_KEYS))
     if unknown:
         raise ValidationError(f"{field}: unknown feature name(s): {', '.join(unknown[:20])}")
     missing = [name for name in MODEL_FEATURES if name not in values]

@@ -15,6 +15,7 @@ from test_api_support import (
     error,
     feature_body,
     feature_values,
+    feature_vector,
     stablehlo,
     train_artifact,
     unrolled,
@@ -125,7 +126,7 @@ def test_predict_stablehlo_equals_library_predict(client, artifact):
 
 def test_predict_feature_vector_equals_predict_features(client, artifact):
     values = feature_values(stablehlo(6))
-    response = client.post("/v1/predict", json={"features": values})
+    response = client.post("/v1/predict", json={"features": feature_vector(stablehlo(6))})
     assert response.status_code == 200
     expected = predict_features(Features(values, "cpu", ""), model=artifact).to_dict()
     assert response.json == expected
@@ -137,7 +138,7 @@ def test_predict_batch_keeps_order_and_mixes_forms(client):
     texts = [stablehlo(2), stablehlo(9)]
     singles = [client.post("/v1/predict", json={"stablehlo": t}).json for t in texts]
     response = client.post("/v1/predict", json={"instances": [
-        {"stablehlo": texts[0]}, {"features": feature_values(texts[1]), "backend": "cpu"}]})
+        {"stablehlo": texts[0]}, {"features": feature_vector(texts[1]), "backend": "cpu"}]})
     assert response.status_code == 200
     assert response.json == {"predictions": singles}
     assert singles[0]["compile_seconds"] != singles[1]["compile_seconds"]
@@ -466,3 +467,76 @@ def test_blame_refuses_a_body_without_text(client):
     assert "unknown field(s): features" in response.json["description"]
     response = client.post("/v1/blame", json={"stablehlo": "not a module"})
     assert response.status_code == 400 and "stablehlo: not a valid" in response.json["description"]
+
+
+def test_features_to_dict_is_accepted_as_it_is(client, artifact):
+    features = from_stablehlo(stablehlo(5))
+    response = client.post("/v1/predict", json={"features": features.to_dict()})
+    assert response.status_code == 200, response.json
+    assert response.json == predict_features(features, model=artifact).to_dict()
+
+
+def test_a_feature_vector_needs_this_servers_schema_version(client):
+    values = feature_values(stablehlo(4))
+    response = client.post("/v1/predict", json={"features": values})
+    assert response.status_code == 400
+    assert response.json["description"] == (
+        f"features.schema_version: required (this server reads feature schema "
+        f"{SCHEMA_VERSION}; Features.to_dict() includes it)")
+    response = client.post("/v1/predict", json={"features": {**values, "schema_version": 1}})
+    assert response.status_code == 400
+    assert response.json["description"].startswith(
+        f"features.schema_version: 1 is not this server's feature schema {SCHEMA_VERSION}")
+
+
+def test_a_vector_extracted_for_another_target_than_asked_is_refused(client):
+    vector = {**feature_vector(stablehlo(4)), "backend": "gpu", "target": "h100"}
+    response = client.post("/v1/predict", json={"features": vector, "backend": "cpu"})
+    assert response.status_code == 400
+    assert response.json["description"] == (
+        "features.backend: the vector was extracted for gpu/h100, the request asks for cpu")
+
+
+def test_kserve_v2_health_and_model_metadata(client, artifact):
+    assert client.get("/v2/health/live").json == {"live": True}
+    assert client.get("/v2/health/ready").json == {"ready": True}
+    assert client.get("/v2").json["name"] == "costmodel"
+    meta = client.get("/v2/models/cpu").json
+    assert meta["versions"] == [artifact.version] and meta["platform"] == "costmodel"
+    assert meta["inputs"][0]["shape"] == [-1, len(artifact.manifest["features"])]
+    assert [o["name"] for o in meta["outputs"]] == [
+        "compile_seconds", "peak_memory_bytes", "executable_memory_bytes"]
+    assert client.get("/v2/models/cpu/ready").json == {"name": "cpu", "ready": True}
+    missing = client.get("/v2/models/tpu")
+    assert missing.status_code == 404 and "served: cpu" in missing.json["description"]
+
+
+def test_one_request_sees_one_version_even_when_a_swap_lands_midway(client, app, artifact,
+                                                                  monkeypatch, tmp_path):
+    import shutil
+
+    from costmodel.api import predict as views
+
+    other_dir = tmp_path / "other"
+    shutil.copytree(artifact.path, other_dir)
+    manifest = json.loads((other_dir / "manifest.json").read_text())
+    (other_dir / "manifest.json").write_text(json.dumps({**manifest, "version": "cpu-other"}))
+    other = load(other_dir)
+    registry = app.extensions["costmodel"].registry
+    real = views.predict_features
+    calls = []
+
+    def swapping(features, model=None):
+        calls.append(model.version)
+        registry.swap(("cpu", ""), other)  # lands after the first item
+        return real(features, model=model)
+
+    monkeypatch.setattr(views, "predict_features", swapping)
+    body = {"instances": [{"stablehlo": stablehlo(2)}, {"stablehlo": stablehlo(3)}]}
+    response = client.post("/v1/predict", json=body)
+    assert response.status_code == 200
+    versions = {p["model_version"] for p in response.json["predictions"]}
+    assert versions == {artifact.version} and calls == [artifact.version] * 2
+    after = client.post("/v1/predict", json={"stablehlo": stablehlo(2)}).json
+    assert after["model_version"] == "cpu-other"
+    registry.swap(("cpu", ""), artifact)  # the app is shared by this module's tests

@@ -35,7 +35,7 @@ from threadpoolctl import threadpool_limits
 
 from costmodel.api import create_app
 from costmodel.api.retrain import TRAINING_ROWS_FILE, holdout_split, training_frame
-from costmodel.features import ALL_FEATURES, MODEL_FEATURES
+from costmodel.features import ALL_FEATURES, MODEL_FEATURES, SCHEMA_VERSION
 from costmodel.models import load
 from costmodel.training import dataset
 from costmodel.training.evaluate import holdout_score
@@ -196,7 +196,8 @@ def _send(client, data, scale: float = 1.0) -> None:
                   if math.isfinite(record.get(name, math.nan))}
         environment = {"ref_seconds": record["ref_seconds"], "cpu_model": "test-cpu"}
         response = client.post("/v1/samples", headers=bearer(SAMPLES_TOKEN), json={
-            "features": features, "compile_seconds": record["compile_seconds"] * scale,
+            "features": {"schema_version": SCHEMA_VERSION, **features},
+            "compile_seconds": record["compile_seconds"] * scale,
             **labels, "environment": environment})
         assert response.status_code == 201, response.json
 

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from conftest import make_rows
 
-from costmodel.features import from_stablehlo
+from costmodel.features import SCHEMA_VERSION, from_stablehlo
 from costmodel.training import dataset
 from costmodel.training.fit import retrain
 
@@ -82,8 +82,14 @@ def feature_values(text: str) -> dict[str, float]:
     return from_stablehlo(text).model_inputs()
 
 
+def feature_vector(text: str) -> dict[str, Any]:
+    """What a client posts as `features`: `Features.to_dict()`-shaped, schema included."""
+    return {"schema_version": SCHEMA_VERSION, **feature_values(text)}
+
+
 def feature_body(**changes: Any) -> dict[str, Any]:
-    values: dict[str, Any] = dict(feature_values(stablehlo(3)))
+    values: dict[str, Any] = {"schema_version": SCHEMA_VERSION,
+                              **feature_values(stablehlo(3))}
     values.update(changes)
     return {"features": values, "backend": "cpu"}
 
