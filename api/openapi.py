@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint
+from flask import Blueprint, current_app
 
 import costmodel
 from costmodel.features import ALL_FEATURES, KNOWN_TARGETS, MODEL_FEATURES, SCHEMA_VERSION
@@ -88,7 +88,9 @@ def _sample_labels() -> dict[str, Any]:
     memory = {"type": "number", "minimum": 0, "maximum": max_sample_bytes(), "nullable": True}
     return {"compile_seconds": {"type": "number", "minimum": MIN_COMPILE_SECONDS,
                                 "maximum": MAX_COMPILE_SECONDS},
-            "peak_rss_bytes": memory, "executable_memory_bytes": memory}
+            "peak_memory_bytes": {**memory, "description": "peak host-RSS growth while "
+                                  "compiling (what predictions call peak_memory_bytes)"},
+            "executable_memory_bytes": memory}
 
 
 def _environment() -> dict[str, Any]:
@@ -106,7 +108,7 @@ def _environment() -> dict[str, Any]:
                 string, {"type": "number"}, {"type": "boolean"}]}}
 
 
-def _schemas() -> dict[str, Any]:
+def _schemas(max_batch: int) -> dict[str, Any]:
     targets = sorted({t for ts in KNOWN_TARGETS.values() for t in ts})
     program = {
         "stablehlo": {"type": "string", "description": "StableHLO module text "
@@ -145,13 +147,16 @@ def _schemas() -> dict[str, Any]:
                     "oneOf": one_program},
         "PredictRequest": {"oneOf": [_ref("Program"), {
             "type": "object", "additionalProperties": False, "required": ["instances"],
-            "properties": {"instances": {"type": "array", "minItems": 1, "maxItems": 256,
+            "properties": {"instances": {"type": "array", "minItems": 1, "maxItems": max_batch,
                                          "items": _ref("Program")}}}]},
         "Prediction": {"type": "object", "required": sorted(prediction),
                        "properties": prediction},
-        "PredictResponse": {"oneOf": [_ref("Prediction"), {
+        "PredictResponse": {
             "type": "object", "required": ["predictions"],
-            "properties": {"predictions": {"type": "array", "items": _ref("Prediction")}}}]},
+            "properties": {"predictions": {"type": "array", "items": _ref("Prediction")}}},
+        "AdviseResponse": {
+            "type": "object", "required": ["advice"],
+            "properties": {"advice": {"type": "array", "items": _ref("Advice")}}},
         "BlameRequest": {
             "type": "object", "additionalProperties": False, "required": ["stablehlo"],
             "properties": {k: v for k, v in program.items() if k != "features"}},
@@ -172,6 +177,10 @@ def _schemas() -> dict[str, Any]:
                                               "seconds", "share", "peak_memory_bytes",
                                               "ops")}}}},
                       "prediction": _ref("Prediction")}},
+        "AdviseBatch": {"oneOf": [_ref("AdviseRequest"), {
+            "type": "object", "additionalProperties": False, "required": ["instances"],
+            "properties": {"instances": {"type": "array", "minItems": 1, "maxItems": max_batch,
+                                         "items": _ref("AdviseRequest")}}}]},
         "AdviseRequest": {
             "type": "object", "additionalProperties": False, "oneOf": one_program,
             "properties": {**program, "budget_seconds": {
@@ -255,8 +264,9 @@ def _schemas() -> dict[str, Any]:
     }
 
 
-def document() -> dict[str, Any]:
-    """The OpenAPI 3.0 document: paths, schemas and the bearer security scheme."""
+def document(max_batch: int = 256) -> dict[str, Any]:
+    """The OpenAPI 3.0 document: paths, schemas and the bearer security scheme; batches
+    as long as this server takes (`MAX_BATCH`)."""
     program_errors = (400, 413, 415, 422)
     return {
         "openapi": "3.0.3",
@@ -278,8 +288,9 @@ def document() -> dict[str, Any]:
                 (200, "Blame", "The prediction divided among source lines"),
                 program_errors, body="BlameRequest")},
             "/v1/advise": {"post": _operation(
-                "Should this program be split?", (200, "Advice", "Advice"),
-                program_errors, body="AdviseRequest")},
+                "Should this program be split?", (200, "AdviseResponse",
+                                                  "Advice, one per program"),
+                program_errors, body="AdviseBatch")},
             "/v1/samples": {"post": _operation(
                 "Store a measured compile (bearer token from COSTMODEL_SAMPLES_TOKEN)",
                 (201, "SampleCreated", "Stored"), (400, 401, 403, 413, 415),
@@ -311,7 +322,7 @@ def document() -> dict[str, Any]:
                 "This document", (200, "OpenAPI", "OpenAPI 3 document"))},
         },
         "components": {
-            "schemas": _schemas(),
+            "schemas": _schemas(max_batch),
             "securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}},
         },
     }
@@ -319,5 +330,5 @@ def document() -> dict[str, Any]:
 
 @bp.get("/openapi.json")
 def openapi():
-    """The OpenAPI document."""
-    return document()
+    """The OpenAPI document, with this server's limits."""
+    return document(int(current_app.config["MAX_BATCH"]))

@@ -79,12 +79,11 @@ def _predict_one(body: Any, where: str) -> dict[str, Any]:
     return require_finite(prediction.to_dict(), where)
 
 
-@bp.post("/v1/predict")
-def predict():
-    """One program → a prediction; `{"instances": [...]}` → `{"predictions": [...]}`."""
-    body = json_object()
+def _instances(body: dict[str, Any]) -> list[tuple[Any, str]]:
+    """(program body, where errors point) of each program in a request: the body itself,
+    or each of `{"instances": [...]}`."""
     if "instances" not in body:
-        return _predict_one(body, "")
+        return [(body, "")]
     reject_unknown(body, ("instances",))
     instances = body["instances"]
     if not isinstance(instances, list) or not instances:
@@ -93,8 +92,14 @@ def predict():
     if len(instances) > limit:
         raise ValidationError(f"instances: at most {limit} programs per request, got "
                               f"{len(instances)}")
-    return {"predictions": [_predict_one(item, f"instances[{i}].")
-                            for i, item in enumerate(instances)]}
+    return [(item, f"instances[{i}].") for i, item in enumerate(instances)]
+
+
+@bp.post("/v1/predict")
+def predict():
+    """One program, or `{"instances": [...]}` → `{"predictions": [...]}`, always a list."""
+    return {"predictions": [_predict_one(item, where)
+                            for item, where in _instances(json_object())]}
 
 
 BLAME_FIELDS = ("stablehlo", "backend", "target")
@@ -117,14 +122,20 @@ def blame():
     return require_finite(result.to_dict(), "")
 
 
-@bp.post("/v1/advise")
-def advise():
-    """Should this program be split? `advise_features(...).to_dict()`."""
-    body = json_object()
-    reject_unknown(body, ADVISE_FIELDS)
-    budget = number(body, "budget_seconds", exclusive=True, maximum=MAX_BUDGET_SECONDS)
-    features = program_features(body)
+def _advise_one(body: Any, where: str) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise ValidationError(f"{where.rstrip('.')}: must be an object, not {json_type(body)}")
+    reject_unknown(body, ADVISE_FIELDS, where)
+    budget = number(body, "budget_seconds", where=where, exclusive=True,
+                    maximum=MAX_BUDGET_SECONDS)
+    features = program_features(body, where)
     with np.errstate(all="ignore"):
         advice = advise_features(features, budget_seconds=10.0 if budget is None else budget,
                                  model=model_for(features.backend, features.target))
-    return require_finite(advice.to_dict(), "")
+    return require_finite(advice.to_dict(), where)
+
+
+@bp.post("/v1/advise")
+def advise():
+    """Should these programs be split? One, or `{"instances": [...]}` → `{"advice": [...]}`."""
+    return {"advice": [_advise_one(item, where) for item, where in _instances(json_object())]}

@@ -22,8 +22,12 @@ from .db import Database
 from .errors import ValidationError, json_object, json_type
 from .validation import PROGRAM_FIELDS, checked_number, number, program_features, reject_unknown
 
-LABEL_FIELDS = ("compile_seconds", "peak_rss_bytes", "executable_memory_bytes")
-SAMPLE_FIELDS = (*PROGRAM_FIELDS, *LABEL_FIELDS, "environment")
+LABEL_FIELDS = ("compile_seconds", "peak_rss_bytes", "executable_memory_bytes")  # stored
+# the same labels as the API names them: as predictions name them (host memory is the
+# peak RSS growth while compiling, executable memory what JAX reports for the device)
+API_LABELS = {"compile_seconds": "compile_seconds", "peak_memory_bytes": "peak_rss_bytes",
+              "executable_memory_bytes": "executable_memory_bytes"}
+SAMPLE_FIELDS = (*PROGRAM_FIELDS, *API_LABELS, "environment")
 # Environment fields that become dataset columns (the ones `training.machine` records);
 # the rest of the object is kept in the store but never reaches a training row.
 ROW_ENVIRONMENT = ("jax_version", "jaxlib_version", "python_version", "cpu_model", "cpu_count",
@@ -131,7 +135,7 @@ def _labels(body: dict[str, Any]) -> dict[str, float | None]:
     bytes_limit = max_sample_bytes()
     return {"compile_seconds": number(body, "compile_seconds", required=True,
                                       minimum=MIN_COMPILE_SECONDS, maximum=MAX_COMPILE_SECONDS),
-            "peak_rss_bytes": number(body, "peak_rss_bytes", maximum=bytes_limit),
+            "peak_rss_bytes": number(body, "peak_memory_bytes", maximum=bytes_limit),
             "executable_memory_bytes": number(body, "executable_memory_bytes",
                                               maximum=bytes_limit)}
 
@@ -215,4 +219,5 @@ def get_sample(sample_id: str):
     sample = store.get(sample_id)
     if sample is None:
         raise NotFound(f"no sample with id {sample_id!r}")
-    return sample
+    labels = {api: sample.pop(stored) for api, stored in API_LABELS.items()}
+    return {**sample, **labels}

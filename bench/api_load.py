@@ -100,7 +100,7 @@ def _payloads() -> list[tuple[str, bytes]]:
     texts = {label: _module_text(size) for label, size in
              (("stablehlo 10 KB", 10_000), ("stablehlo 100 KB", 100_000),
               ("stablehlo 1 MB", 1_000_000))}
-    features = from_stablehlo(texts["stablehlo 10 KB"]).model_inputs()
+    features = from_stablehlo(texts["stablehlo 10 KB"]).to_dict()
     out = [("features", json.dumps({"features": features, "backend": "cpu"}).encode())]
     out += [(label, json.dumps({"stablehlo": text}).encode()) for label, text in texts.items()]
     return out

@@ -183,11 +183,14 @@ class Load:
 
 def _sample(record: dict, scale: float = 1.0) -> dict:
     """A dataset row as a `POST /v1/samples` body (labels times `scale` for poison)."""
-    from costmodel.features import MODEL_FEATURES
+    from costmodel.features import MODEL_FEATURES, SCHEMA_VERSION
 
-    labels = {name: float(record[name]) for name in ("peak_rss_bytes", "executable_memory_bytes")
-              if np.isfinite(record.get(name, np.nan))}
-    return {"features": {n: float(record[f"f_{n}"]) for n in MODEL_FEATURES},
+    labels = {api: float(record[stored]) for api, stored in (
+        ("peak_memory_bytes", "peak_rss_bytes"),
+        ("executable_memory_bytes", "executable_memory_bytes"))
+        if np.isfinite(record.get(stored, np.nan))}
+    return {"features": {"schema_version": SCHEMA_VERSION,
+                         **{n: float(record[f"f_{n}"]) for n in MODEL_FEATURES}},
             "compile_seconds": float(record["compile_seconds"]) * scale, **labels,
             "environment": {"ref_seconds": float(record["ref_seconds"]),
                             "cpu_count": int(record["cpu_count"]),
@@ -235,10 +238,11 @@ def _outcome(job: dict) -> dict:
 
 
 def _predict_bodies(shipped) -> list[dict]:
-    from costmodel.features import MODEL_FEATURES
+    from costmodel.features import MODEL_FEATURES, SCHEMA_VERSION
 
     record = shipped.iloc[0]
-    features = {n: float(record[f"f_{n}"]) for n in MODEL_FEATURES}
+    features = {"schema_version": SCHEMA_VERSION,
+                **{n: float(record[f"f_{n}"]) for n in MODEL_FEATURES}}
     return [{"features": features, "backend": "cpu"}, {"stablehlo": SMALL_MODULE}]
 
 

@@ -118,10 +118,11 @@ def test_predict_stablehlo_equals_library_predict(client, artifact):
     text = jax_text = costmodel.features.lower(unrolled(4), X)[1].as_text()
     response = client.post("/v1/predict", json={"stablehlo": text, "backend": "cpu"})
     assert response.status_code == 200
+    (served,) = response.json["predictions"]  # one program: a list of one, like a batch
     in_process = costmodel.lower(unrolled(4), X).predict(backend="cpu", model=artifact).to_dict()
-    assert response.json == json.loads(json.dumps(in_process))
-    assert response.json == costmodel.predict_stablehlo(jax_text, model=artifact).to_dict()
-    assert response.json["model_version"] == artifact.version
+    assert served == json.loads(json.dumps(in_process))
+    assert served == costmodel.predict_stablehlo(jax_text, model=artifact).to_dict()
+    assert served["model_version"] == artifact.version
 
 
 def test_predict_feature_vector_equals_predict_features(client, artifact):
@@ -129,14 +130,15 @@ def test_predict_feature_vector_equals_predict_features(client, artifact):
     response = client.post("/v1/predict", json={"features": feature_vector(stablehlo(6))})
     assert response.status_code == 200
     expected = predict_features(Features(values, "cpu", ""), model=artifact).to_dict()
-    assert response.json == expected
+    assert response.json == {"predictions": [expected]}
     by_text = client.post("/v1/predict", json={"stablehlo": stablehlo(6)}).json
-    assert by_text == expected
+    assert by_text == {"predictions": [expected]}
 
 
 def test_predict_batch_keeps_order_and_mixes_forms(client):
     texts = [stablehlo(2), stablehlo(9)]
-    singles = [client.post("/v1/predict", json={"stablehlo": t}).json for t in texts]
+    singles = [client.post("/v1/predict", json={"stablehlo": t}).json["predictions"][0]
+               for t in texts]
     response = client.post("/v1/predict", json={"instances": [
         {"stablehlo": texts[0]}, {"features": feature_vector(texts[1]), "backend": "cpu"}]})
     assert response.status_code == 200
@@ -149,10 +151,13 @@ def test_advise_equals_advise_features(client, artifact):
     response = client.post("/v1/advise", json={"stablehlo": text, "budget_seconds": 2.5})
     assert response.status_code == 200
     expected = advise_features(from_stablehlo(text), budget_seconds=2.5, model=artifact)
-    assert response.json == json.loads(json.dumps(expected.to_dict()))
-    assert response.json["budget_seconds"] == 2.5
-    default = client.post("/v1/advise", json={"stablehlo": text}).json
+    assert response.json == {"advice": [json.loads(json.dumps(expected.to_dict()))]}
+    assert response.json["advice"][0]["budget_seconds"] == 2.5
+    default = client.post("/v1/advise", json={"stablehlo": text}).json["advice"][0]
     assert default["budget_seconds"] == 10.0
+    batch = client.post("/v1/advise", json={"instances": [
+        {"stablehlo": text, "budget_seconds": 2.5}, {"stablehlo": text}]}).json["advice"]
+    assert [a["budget_seconds"] for a in batch] == [2.5, 10.0]
 
 
 def test_known_target_without_a_model_is_400(client):
@@ -473,7 +478,7 @@ def test_features_to_dict_is_accepted_as_it_is(client, artifact):
     features = from_stablehlo(stablehlo(5))
     response = client.post("/v1/predict", json={"features": features.to_dict()})
     assert response.status_code == 200, response.json
-    assert response.json == predict_features(features, model=artifact).to_dict()
+    assert response.json["predictions"] == [predict_features(features, model=artifact).to_dict()]
 
 
 def test_a_feature_vector_needs_this_servers_schema_version(client):
@@ -538,5 +543,5 @@ def test_one_request_sees_one_version_even_when_a_swap_lands_midway(client, app,
     versions = {p["model_version"] for p in response.json["predictions"]}
     assert versions == {artifact.version} and calls == [artifact.version] * 2
     after = client.post("/v1/predict", json={"stablehlo": stablehlo(2)}).json
-    assert after["model_version"] == "cpu-other"
+    assert after["predictions"][0]["model_version"] == "cpu-other"
     registry.swap(("cpu", ""), artifact)  # the app is shared by this module's tests

@@ -107,7 +107,7 @@ def _start(client, body=None):
 def test_retrain_swaps_in_a_better_model(tmp_path, wrong_model, good_data):
     app, client = _client(tmp_path, wrong_model, TRAINING_DATA=[good_data])
     old = client.get("/v1/models").json["models"][0]["version"]
-    before = client.post("/v1/predict", json={"stablehlo": stablehlo()}).json
+    before = client.post("/v1/predict", json={"stablehlo": stablehlo()}).json["predictions"][0]
     job = wait_for_job(_job(client), _start(client))
     assert job["status"] == "succeeded" and job["swapped"] is True and job["progress"] == 1.0
     (result,) = job["results"]
@@ -126,7 +126,7 @@ def test_retrain_swaps_in_a_better_model(tmp_path, wrong_model, good_data):
     models = client.get("/v1/models").json["models"]
     assert [m["version"] for m in models] == [result["version"]] != [old]
     assert models[0]["training_rows"] == 26
-    after = client.post("/v1/predict", json={"stablehlo": stablehlo()}).json
+    after = client.post("/v1/predict", json={"stablehlo": stablehlo()}).json["predictions"][0]
     assert after["model_version"] == result["version"]
     assert after["compile_seconds"] < before["compile_seconds"]
 
@@ -192,8 +192,10 @@ def _send(client, data, scale: float = 1.0) -> None:
     for record in data.to_dict("records"):
         features = {n: record[f"f_{n}"] for n in ALL_FEATURES if f"f_{n}" in record and (
             n in MODEL_FEATURES or math.isfinite(record[f"f_{n}"]))}
-        labels = {name: record[name] for name in ("peak_rss_bytes", "executable_memory_bytes")
-                  if math.isfinite(record.get(name, math.nan))}
+        labels = {api: record[stored] for api, stored in (
+            ("peak_memory_bytes", "peak_rss_bytes"),
+            ("executable_memory_bytes", "executable_memory_bytes"))
+            if math.isfinite(record.get(stored, math.nan))}
         environment = {"ref_seconds": record["ref_seconds"], "cpu_model": "test-cpu"}
         response = client.post("/v1/samples", headers=bearer(SAMPLES_TOKEN), json={
             "features": {"schema_version": SCHEMA_VERSION, **features},
@@ -350,7 +352,7 @@ def test_no_request_fails_while_a_model_is_swapped(tmp_path, wrong_model, good_d
             if response.status_code != 200:
                 failures.append((response.status_code, response.json))
             else:
-                versions.append(response.json["model_version"])
+                versions.append(response.json["predictions"][0]["model_version"])
             after_done += done.is_set()
 
     threads = [threading.Thread(target=hammer, args=(i,)) for i in range(3)]

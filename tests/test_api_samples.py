@@ -50,7 +50,7 @@ def _post(client, body, token=SAMPLES_TOKEN):
 def test_sample_is_stored_durably(tmp_path, model_dir, client):
     text = stablehlo(4)
     response = _post(client, {
-        "stablehlo": text, "compile_seconds": 1.5, "peak_rss_bytes": 2048,
+        "stablehlo": text, "compile_seconds": 1.5, "peak_memory_bytes": 2048,
         "environment": {"cpu_model": "test", "cpu_count": 8, "note": None}})
     assert response.status_code == 201
     sample_id = response.json["id"]
@@ -60,7 +60,7 @@ def test_sample_is_stored_durably(tmp_path, model_dir, client):
     again = create_app(config(tmp_path, model_dir, SAMPLES_TOKEN=SAMPLES_TOKEN)).test_client()
     stored = again.get(f"/v1/samples/{sample_id}", headers=bearer(SAMPLES_TOKEN)).json
     assert stored["compile_seconds"] == 1.5
-    assert stored["peak_rss_bytes"] == 2048 and stored["executable_memory_bytes"] is None
+    assert stored["peak_memory_bytes"] == 2048 and stored["executable_memory_bytes"] is None
     assert stored["environment"] == {"cpu_model": "test", "cpu_count": 8, "note": None}
     expected = from_stablehlo(text).to_dict()
     assert {n: stored["features"][n] for n in MODEL_FEATURES} == {
@@ -87,7 +87,7 @@ def test_samples_become_dataset_rows(client, app):
 
 def test_largest_plausible_sample_is_stored(client):
     response = _post(client, {
-        **feature_body(), "compile_seconds": 1e5, "peak_rss_bytes": MEMORY_LIMIT,
+        **feature_body(), "compile_seconds": 1e5, "peak_memory_bytes": MEMORY_LIMIT,
         "executable_memory_bytes": 0,
         "environment": {"cpu_count": 4096, "ref_seconds": 100, "xla_flags": "x" * 1024,
                         "k" * 64: True}})
@@ -107,10 +107,10 @@ SAMPLE_CASES = {
                                "compile_seconds: must be a number, not a string"),
     "compile_seconds null": ({"compile_seconds": None},
                              "compile_seconds: must be a number, not null"),
-    "negative rss": ({"compile_seconds": 1, "peak_rss_bytes": -5},
-                     f"peak_rss_bytes: must be a number >= 0 and <= {MEMORY_LIMIT:g}, got -5"),
-    "rss 1e30": ({"compile_seconds": 1, "peak_rss_bytes": 1e30},
-                 f"peak_rss_bytes: must be a number >= 0 and <= {MEMORY_LIMIT:g}, got 1e+30"),
+    "negative rss": ({"compile_seconds": 1, "peak_memory_bytes": -5},
+                     f"peak_memory_bytes: must be a number >= 0 and <= {MEMORY_LIMIT:g}, got -5"),
+    "rss 1e30": ({"compile_seconds": 1, "peak_memory_bytes": 1e30},
+                 f"peak_memory_bytes: must be a number >= 0 and <= {MEMORY_LIMIT:g}, got 1e+30"),
     "executable bytes past memory": (
         {"compile_seconds": 1, "executable_memory_bytes": MEMORY_LIMIT + 1},
         f"executable_memory_bytes: must be a number >= 0 and <= {MEMORY_LIMIT:g}, "
@@ -142,7 +142,7 @@ SAMPLE_CASES = {
                            "object"),
     "unknown field": ({"compile_seconds": 1, "family": "x"},
                       "unknown field(s): family; allowed: stablehlo, features, backend, target, "
-                      "compile_seconds, peak_rss_bytes, executable_memory_bytes, environment"),
+                      "compile_seconds, peak_memory_bytes, executable_memory_bytes, environment"),
     "feature 1e30": ({"compile_seconds": 1, **feature_body(hlo_ops=1e30)},
                      "features.hlo_ops: a sample's features are at most 1e+20, got 1e+30"),
 }

@@ -127,8 +127,8 @@ def test_serves_predictions_identical_to_the_library(server, model_dir):
     text = costmodel.features.lower(unrolled(4), X)[1].as_text()
     status, body = server.request("POST", "/v1/predict", {"stablehlo": text})
     assert status == 200
-    assert body == costmodel.lower(unrolled(4), X).predict(backend="cpu",
-                                                            model=load(model_dir)).to_dict()
+    assert body == {"predictions": [costmodel.lower(unrolled(4), X).predict(
+        backend="cpu", model=load(model_dir)).to_dict()]}
     status, batch = server.request("POST", "/v1/predict", {"instances": [feature_body()] * 3})
     assert status == 200 and len(batch["predictions"]) == 3
 
@@ -224,4 +224,5 @@ def test_samples_and_retrain_across_workers(server):
     time.sleep(0.6)  # MODEL_SYNC_SECONDS: the other worker looks for promotions this often
     for _ in range(8):
         assert server.request("GET", "/v1/models")[1]["models"][0]["version"] == new
-        assert server.request("POST", "/v1/predict", feature_body())[1]["model_version"] == new
+        served = server.request("POST", "/v1/predict", feature_body())[1]["predictions"]
+        assert served[0]["model_version"] == new
