@@ -15,6 +15,19 @@ from ._predict import Prediction, _fmt_bytes, _fmt_seconds, predict_features
 MIN_REPEATS = 3            # fewer repeats rarely pay for a loop
 MIN_SAVING = 0.3           # an alternative must save 30% to be worth the change
 CONSTANT_BYTES = 1 << 20   # captured constants above 1 MB are worth passing as arguments
+# How each layer library scans a stack of identical layers (the block's library, found in
+# its frames: `costmodel.features.jaxpr`)
+LAYER_IDIOMS = {
+    "flax.linen": "In Flax Linen: wrap the layer in nn.scan (variable_axes={'params': 0}, "
+                  "split_rngs={'params': True}, length=the layer count) and call it once "
+                  "instead of the Python loop over layers.",
+    "flax.nnx": "In Flax NNX: create the layers with nnx.vmap over a split key, then run "
+                "them with nnx.scan instead of the Python loop.",
+    "haiku": "In Haiku: replace the Python loop with hk.layer_stack(num_layers)(block_fn).",
+    "equinox": "In Equinox: build the layers stacked (eqx.filter_vmap of the constructor "
+               "over keys), then lax.scan over eqx.partition's array leaves, combining "
+               "each slice with the static part in the body.",
+}
 
 
 @dataclass(frozen=True)
@@ -77,10 +90,12 @@ def _scan_alternative(features: Features, traced, model) -> Alternative | None:
         return None
     seconds = _predict_program(*rewritten, features.backend, features.target, model)
     where = f" starting at {block['source']}" if block.get("source") else ""
+    idiom = LAYER_IDIOMS.get(block.get("library", ""), "")
     return Alternative(
         "scan", seconds,
         f"Run the {repeats} identical blocks of {size} operations{where} with "
-        f"jax.lax.scan (or lax.fori_loop) over one block instead of unrolling them.",
+        f"jax.lax.scan (or lax.fori_loop) over one block instead of unrolling them."
+        + (f" {idiom}" if idiom else ""),
         "Runtime is usually within a few percent of the unrolled loop; XLA no longer fuses "
         "across iterations. lax.scan(..., unroll=k) trades some compile time back for speed.")
 

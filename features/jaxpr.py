@@ -232,6 +232,28 @@ def _source_line(eqn) -> str:
         return ""
 
 
+# library -> a folder its source files sit in; the first found in a block's frames names
+# the layer idiom advice offers (a flax layer stack gets nn.scan, not bare lax.scan)
+_LIBRARY_FOLDERS = (("flax.nnx", f"{os.sep}flax{os.sep}nnx{os.sep}"),
+                    ("flax.linen", f"{os.sep}flax{os.sep}linen{os.sep}"),
+                    ("haiku", f"{os.sep}haiku{os.sep}"),
+                    ("equinox", f"{os.sep}equinox{os.sep}"))
+
+
+def _library(eqn) -> str:
+    """The layer library whose code made `eqn` (see `_LIBRARY_FOLDERS`), "" for none."""
+    try:
+        traceback = eqn.source_info.traceback
+        paths = [frame.file_name for frame in (traceback.frames if traceback is not None
+                                               else ())]
+    except Exception:  # source info is best effort: private API, may change
+        return ""
+    for name, folder in _LIBRARY_FOLDERS:
+        if any(folder in path for path in paths):
+            return name
+    return ""
+
+
 def jaxpr_features(closed_jaxpr) -> tuple[dict[str, float], dict]:
     """Compute every `JAXPR_FEATURES` value of a closed jaxpr, plus details for `info`."""
     jaxpr = closed_jaxpr.jaxpr
@@ -287,6 +309,7 @@ def jaxpr_features(closed_jaxpr) -> tuple[dict[str, float], dict]:
             "repeats": repeats,
             "start": start,
             "source": _source_line(jaxpr.eqns[start]) if start >= 0 else "",
+            "library": _library(jaxpr.eqns[start]) if start >= 0 else "",
         },
         "inner_jits": [
             {"name": str(e.params.get("name", "")), "source": _source_line(e)}
