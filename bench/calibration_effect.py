@@ -31,20 +31,23 @@ from costmodel.models.calibration import Calibration
 from costmodel.training import metrics
 from costmodel.training.calibrate import calibrate
 from costmodel.training.fit import features_frame, select_rows
-from costmodel.training.runner import run_child
+from costmodel.training.runner import close_zygotes, run_child
 
 DATA = Path(__file__).resolve().parents[1] / "training" / "data" / "cpu" / "rows.parquet"
 
 
 @contextmanager
 def cores(which: set[int] | None):
-    """This process and every child it starts run on `which` CPUs (None: as they are)."""
+    """This process and every child it starts run on `which` CPUs (None: as they are).
+    Zygotes started before would keep their own affinity: they are ended on both sides."""
     before = os.sched_getaffinity(0)
+    close_zygotes()
     if which is not None:
         os.sched_setaffinity(0, which)
     try:
         yield
     finally:
+        close_zygotes()
         os.sched_setaffinity(0, before)
 
 

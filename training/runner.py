@@ -32,9 +32,13 @@ _all_zygotes: list = []  # every zygote started, so they are ended when the proc
 
 
 @atexit.register
-def _close_zygotes() -> None:
+def close_zygotes() -> None:
+    """End every zygote; the next measurement starts a fresh one (one that inherits this
+    process's environment and CPU affinity as they are then)."""
     for zygote in _all_zygotes:
         zygote.close()
+    _all_zygotes.clear()
+    _local.__dict__.pop("zygotes", None)
 
 
 class _Zygote:
