@@ -414,8 +414,10 @@ def write_card(path: Path, manifest: dict, report: dict, rows: pd.DataFrame,
     if artifact is not None:
         text += card_section(artifact, manifest["backend"], manifest["target"])
     text += ["## Limits", "",
-             "- The corpus is synthetic families; programs unlike all of them (see the "
-             "per-family plot for how far a held-out family can be off) get wider errors.",
+             "- The corpus is synthetic families and, where measured, real programs of 16 "
+             "public libraries (held out a library at a time above); programs unlike all of "
+             "them (see the per-family plot for how far a held-out family can be off) get "
+             "wider errors.",
              "- Beyond the largest measured compile only the power law speaks; compile time of "
              "very long unrolled chains grows faster than any op-count power law fitted here.",
              "", "## Plots", ""]
