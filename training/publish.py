@@ -28,6 +28,7 @@ from costmodel.models.artifact import (
     sha256_of,
     verify,
 )
+from costmodel.models.forest import ARRAYS as FOREST_ARRAYS
 from costmodel.models.forest import FlatForest
 from costmodel.models.predictor import Bands, Predictor, TargetModel, as_predictor, jsonable
 
@@ -175,7 +176,5 @@ def _from_pickled(estimator) -> Predictor:
 def _forest(old) -> FlatForest | None:
     if old is None:
         return None
-    return FlatForest.from_arrays({**{name: getattr(old, name) for name in
-                                      ("roots", "left", "right", "feature", "threshold",
-                                       "nan_left", "value")},
+    return FlatForest.from_arrays({**{name: getattr(old, name) for name in FOREST_ARRAYS},
                                    "depth": old.depth, "baseline": old.baseline})
