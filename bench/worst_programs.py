@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from costmodel.training import dataset
+from costmodel.training.dataset import FEATURE_PREFIX
 from costmodel.training.evaluate import predictions
 from costmodel.training.fit import model_params, select_rows
 
@@ -42,8 +43,8 @@ def worst(rows: pd.DataFrame, top: int, jobs: int) -> list[dict]:
                     "predicted": float(ours.at[row, "point"]),
                     "interval": [float(ours.at[row, "lo"]), float(ours.at[row, "hi"])],
                     "power_law": float(law.at[row]), "fold": float(fold.at[row]),
-                    **{name: float(source[name]) for name in SHOWN_FEATURES
-                       if name in source}})
+                    **{name: float(source[FEATURE_PREFIX + name]) for name in SHOWN_FEATURES
+                       if FEATURE_PREFIX + name in source}})
     return out
 
 
@@ -56,12 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = select_rows(dataset.load(args.data), "cpu")
     found = worst(rows, args.top, args.jobs)
+    if args.json:
+        args.json.write_text(json.dumps(found, indent=1) + "\n")
     for item in found:
         print(f"{item['fold']:6.1f}x  {item['family']:28s} {item['params']:60.60s} "
               f"measured {item['actual']:8.2f}s  predicted {item['predicted']:8.2f}s  "
-              f"power law {item['power_law']:8.2f}s  ops {item['hlo_ops_inlined']:.0f}")
-    if args.json:
-        args.json.write_text(json.dumps(found, indent=1) + "\n")
+              f"power law {item['power_law']:8.2f}s  ops {item.get('hlo_ops_inlined', 0):.0f}")
     return 0
 
 
