@@ -13,8 +13,7 @@ from flask import Blueprint, current_app
 import costmodel
 from costmodel.features import ALL_FEATURES, KNOWN_TARGETS, MODEL_FEATURES, SCHEMA_VERSION
 
-from .predict import MAX_BUDGET_SECONDS
-from .samples import (
+from .sample_schemas import (
     MAX_COMPILE_SECONDS,
     MAX_CPU_COUNT,
     MAX_ENVIRONMENT_KEYS,
@@ -25,9 +24,9 @@ from .samples import (
     MIN_COMPILE_SECONDS,
     MIN_REF_SECONDS,
     ROW_ENVIRONMENT,
-    max_sample_bytes,
 )
-from .validation import MAX_FEATURE_VALUE
+from .samples import max_sample_bytes
+from .schemas import MAX_BUDGET_SECONDS, MAX_FEATURE_VALUE
 
 bp = Blueprint("openapi", __name__)
 

@@ -244,6 +244,11 @@ CASES = {
                      "instances[1].features.hlo_ops: must be a number, not a string"),
     "instances and more": ({"instances": [feature_body()], "backend": "cpu"}, 400, BAD,
                            "unknown field(s): backend; allowed: instances"),
+    "two problems": ({"stablehlo": 1, "backend": 2}, 400, BAD,
+                     "stablehlo: must be a string, not a number (and 1 more problem)"),
+    "vector of another place": ({"features": {**feature_body()["features"], "backend": "tpu"}},
+                                400, BAD, f"features.unknown backend 'tpu'; known backends: "
+                                f"cpu, gpu; known backend/target pairs: {PAIRS}"),
 }
 
 
@@ -433,6 +438,14 @@ def test_openapi_documents_exactly_the_routes(client, app):
     documented = {(path, method) for path, item in document["paths"].items()
                   for method in item}
     assert documented == _routes(app)
+
+
+def test_a_feature_past_the_float_range_is_out_of_range(client):
+    # JSON has no infinity, but 1e400 parses to one
+    body = json.dumps(feature_body(hlo_ops=12345.0)).replace("12345.0", "1e400")
+    response = client.post("/v1/predict", data=body, content_type="application/json")
+    assert response.json == error(400, BAD, "features.hlo_ops: must be a number >= 0 and "
+                                  "<= 1e+30, got inf")
 
 
 def test_openapi_document_is_valid_openapi_3(client):

@@ -144,7 +144,7 @@ SAMPLE_CASES = {
                       "unknown field(s): family; allowed: stablehlo, features, backend, target, "
                       "compile_seconds, peak_memory_bytes, executable_memory_bytes, environment"),
     "feature 1e30": ({"compile_seconds": 1, **feature_body(hlo_ops=1e30)},
-                     "features.hlo_ops: a sample's features are at most 1e+20, got 1e+30"),
+                     "features.hlo_ops: must be a number >= 0 and <= 1e+20, got 1e+30"),
 }
 
 
@@ -152,6 +152,24 @@ SAMPLE_CASES = {
 def test_samples_reject_implausible_bodies(client, app, extra, description):
     response = _post(client, {**feature_body(), **extra})
     assert (response.status_code, response.json) == (400, error(400, BAD, description))
+    assert app.extensions["costmodel"].samples.count() == 0
+
+
+# dot_flops 2e21: counts no real program reaches, refused once the text is read
+HUGE_DOT = """module {
+  func.func public @main(%a: tensor<10000000x10000000xf32>, %b: tensor<10000000x10000000xf32>)
+      -> tensor<10000000x10000000xf32> {
+    %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<10000000x10000000xf32>,
+        tensor<10000000x10000000xf32>) -> tensor<10000000x10000000xf32>
+    return %0 : tensor<10000000x10000000xf32>
+  }
+}"""
+
+
+def test_samples_refuse_text_whose_features_are_implausible(client, app):
+    response = _post(client, {"stablehlo": HUGE_DOT, "compile_seconds": 1})
+    assert (response.status_code, response.json) == (400, error(
+        400, BAD, "features.dot_flops: a sample's features are at most 1e+20, got 2e+21"))
     assert app.extensions["costmodel"].samples.count() == 0
 
 
