@@ -13,10 +13,9 @@ from test_api_support import (
     config,
     error,
     feature_body,
+    one_thread_model,
     stablehlo,
-    train_artifact,
 )
-from threadpoolctl import threadpool_limits
 
 from costmodel.api import create_app
 from costmodel.api.config import load_config
@@ -28,8 +27,7 @@ MEMORY_LIMIT = psutil.virtual_memory().total * 16
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    with threadpool_limits(1):  # two shared cores: more threads only contend
-        return train_artifact(tmp_path_factory.mktemp("model") / "cpu")
+    return one_thread_model(tmp_path_factory)
 
 
 @pytest.fixture

@@ -7,8 +7,7 @@ import json
 
 import psutil
 import pytest
-from test_api_support import config, error, feature_body, train_artifact
-from threadpoolctl import threadpool_limits
+from test_api_support import config, error, feature_body, one_thread_model
 
 from costmodel.api import create_app
 from costmodel.features import MODEL_FEATURES
@@ -18,8 +17,7 @@ BAD = "Bad Request"
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    with threadpool_limits(1):  # two shared cores: more threads only contend
-        return train_artifact(tmp_path_factory.mktemp("model") / "cpu")
+    return one_thread_model(tmp_path_factory)
 
 
 @pytest.fixture
