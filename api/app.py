@@ -14,7 +14,8 @@ from .config import load_config
 from .db import Database
 from .jobs import JobStore
 from .registry import ModelRegistry
-from .samples import SampleStore
+from .samples import SampleStore, max_sample_bytes
+from .validation import RequestModels, request_models
 
 
 @dataclass
@@ -25,6 +26,7 @@ class ServiceState:
     registry: ModelRegistry
     samples: SampleStore
     jobs: JobStore
+    requests: RequestModels  # the request bodies with this server's limits
     threads: dict[str, threading.Thread] = field(default_factory=dict)
 
 
@@ -47,7 +49,8 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     app = Flask("costmodel.api", static_folder=None)
     app.config.from_mapping(settings)
     db = Database(settings["SAMPLES_DB"])
-    state = ServiceState(settings, ModelRegistry(), SampleStore(db), JobStore(db))
+    state = ServiceState(settings, ModelRegistry(), SampleStore(db), JobStore(db),
+                         request_models(settings["MAX_BATCH"], max_sample_bytes()))
     state.registry.load_initial(settings["MODEL_PATHS"])
     # Models promoted by retrain jobs of earlier runs (or other workers) replace the
     # shipped ones they beat.

@@ -16,18 +16,9 @@ from costmodel._predict import predict_features
 from costmodel.features import Placement
 from costmodel.models import Artifact
 
-from .errors import ValidationError, json_object, json_type
-from .validation import (
-    PROGRAM_FIELDS,
-    from_text,
-    number,
-    program_features,
-    reject_unknown,
-    target_of,
-)
-
-ADVISE_FIELDS = (*PROGRAM_FIELDS, "budget_seconds")
-MAX_BUDGET_SECONDS = 7 * 24 * 3600.0
+from .errors import ValidationError, json_object
+from .schemas import AdviseProgram, Program
+from .validation import from_text, parse, program_features
 
 bp = Blueprint("predict", __name__)
 
@@ -68,67 +59,44 @@ def require_finite(out: Any, where: str) -> Any:
     return out
 
 
-def _predict_one(body: Any, where: str) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise ValidationError(f"{where.rstrip('.')}: must be an object, not {json_type(body)}")
-    reject_unknown(body, PROGRAM_FIELDS, where)
-    features = program_features(body, where)
+def _predict_one(program: Program, where: str) -> dict[str, Any]:
+    features = program_features(program, where)
     with np.errstate(all="ignore"):  # an overflow becomes inf: require_finite makes it a 422
         artifact = model_for(features.backend, features.target)
         prediction = predict_features(features, model=artifact)
     return require_finite(prediction.to_dict(), where)
 
 
-def _instances(body: dict[str, Any]) -> list[tuple[Any, str]]:
-    """(program body, where errors point) of each program in a request: the body itself,
-    or each of `{"instances": [...]}`."""
-    if "instances" not in body:
-        return [(body, "")]
-    reject_unknown(body, ("instances",))
-    instances = body["instances"]
-    if not isinstance(instances, list) or not instances:
-        raise ValidationError("instances: must be a non-empty array of programs")
-    limit = current_app.config["MAX_BATCH"]
-    if len(instances) > limit:
-        raise ValidationError(f"instances: at most {limit} programs per request, got "
-                              f"{len(instances)}")
-    return [(item, f"instances[{i}].") for i, item in enumerate(instances)]
+def _instances(parsed: Any) -> list[tuple[Any, str]]:
+    """(program, where errors point) of each program in a validated request: the request
+    itself, or each of its `instances`."""
+    if not hasattr(parsed, "instances"):
+        return [(parsed, "")]
+    return [(item, f"instances[{i}].") for i, item in enumerate(parsed.instances)]
 
 
 @bp.post("/v1/predict")
 def predict():
     """One program, or `{"instances": [...]}` → `{"predictions": [...]}`, always a list."""
-    return {"predictions": [_predict_one(item, where)
-                            for item, where in _instances(json_object())]}
-
-
-BLAME_FIELDS = ("stablehlo", "backend", "target")
+    parsed = parse("PredictRequest", json_object())
+    return {"predictions": [_predict_one(item, where) for item, where in _instances(parsed)]}
 
 
 @bp.post("/v1/blame")
 def blame():
     """Which source lines make the compile slow? `blame_stablehlo(...).to_dict()`; only text
     printed with locations (`as_text(debug_info=True)`) names lines."""
-    body = json_object()
-    reject_unknown(body, BLAME_FIELDS)
-    if "stablehlo" not in body:
-        raise ValidationError("stablehlo: required field is missing (blame needs the module "
-                              "text with its locations: lowered.as_text(debug_info=True))")
-    backend, target = target_of(body)
-    artifact = model_for(backend, target)
+    body = parse("BlameRequest", json_object())
+    artifact = model_for(body.backend, body.target)
     with np.errstate(all="ignore"):
-        result = from_text(body["stablehlo"], lambda text: blame_stablehlo(
-            text, backend=backend, target=target, model=artifact))
+        result = from_text(body.stablehlo, lambda text: blame_stablehlo(
+            text, backend=body.backend, target=body.target, model=artifact))
     return require_finite(result.to_dict(), "")
 
 
-def _advise_one(body: Any, where: str) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise ValidationError(f"{where.rstrip('.')}: must be an object, not {json_type(body)}")
-    reject_unknown(body, ADVISE_FIELDS, where)
-    budget = number(body, "budget_seconds", where=where, exclusive=True,
-                    maximum=MAX_BUDGET_SECONDS)
-    features = program_features(body, where)
+def _advise_one(program: AdviseProgram, where: str) -> dict[str, Any]:
+    budget = program.budget_seconds
+    features = program_features(program, where)
     with np.errstate(all="ignore"):
         advice = advise_features(features, budget_seconds=10.0 if budget is None else budget,
                                  model=model_for(features.backend, features.target))
@@ -138,4 +106,5 @@ def _advise_one(body: Any, where: str) -> dict[str, Any]:
 @bp.post("/v1/advise")
 def advise():
     """Should these programs be split? One, or `{"instances": [...]}` → `{"advice": [...]}`."""
-    return {"advice": [_advise_one(item, where) for item, where in _instances(json_object())]}
+    parsed = parse("AdviseRequest", json_object())
+    return {"advice": [_advise_one(item, where) for item, where in _instances(parsed)]}

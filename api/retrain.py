@@ -31,7 +31,7 @@ from costmodel.training.publish import save
 from .auth import require_token
 from .errors import json_object
 from .samples import FAMILY
-from .validation import reject_unknown, target_of
+from .validation import parse
 
 log = logging.getLogger("costmodel.api")
 bp = Blueprint("retrain", __name__)
@@ -174,11 +174,8 @@ def start(state, scope: dict[str, Any]) -> str:
 def start_retrain():
     """Start a retrain job; body optional: `{"backend": ..., "target": ...}` limits it."""
     authorize()
-    body = json_object() if request.get_data(cache=True) else {}
-    reject_unknown(body, ("backend", "target"))
-    scope: dict[str, Any] = {"backend": None, "target": None}
-    if body.get("backend") is not None or body.get("target") is not None:
-        scope["backend"], scope["target"] = target_of(body)
+    body = parse("RetrainRequest", json_object() if request.get_data(cache=True) else {})
+    scope: dict[str, Any] = {"backend": body.backend, "target": body.target}
     state = current_app.extensions["costmodel"]
     job_id = start(state, scope)
     location = url_for("retrain.job_status", job_id=job_id)

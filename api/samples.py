@@ -19,33 +19,15 @@ from costmodel.training import dataset
 
 from .auth import require_token
 from .db import Database
-from .errors import ValidationError, json_object, json_type
-from .validation import PROGRAM_FIELDS, checked_number, number, program_features, reject_unknown
+from .errors import ValidationError, json_object
+from .sample_schemas import MAX_SAMPLE_FEATURE, MEMORY_MARGIN, ROW_ENVIRONMENT
+from .validation import parse, program_features
 
 LABEL_FIELDS = ("compile_seconds", "peak_rss_bytes", "executable_memory_bytes")  # stored
 # the same labels as the API names them: as predictions name them (host memory is the
 # peak RSS growth while compiling, executable memory what JAX reports for the device)
 API_LABELS = {"compile_seconds": "compile_seconds", "peak_memory_bytes": "peak_rss_bytes",
               "executable_memory_bytes": "executable_memory_bytes"}
-SAMPLE_FIELDS = (*PROGRAM_FIELDS, *API_LABELS, "environment")
-# Environment fields that become dataset columns (the ones `training.machine` records);
-# the rest of the object is kept in the store but never reaches a training row.
-ROW_ENVIRONMENT = ("jax_version", "jaxlib_version", "python_version", "cpu_model", "cpu_count",
-                   "hostname", "xla_flags", "harness_version", "ref_seconds")
-MAX_ENVIRONMENT_KEYS = 64
-MAX_KEY_LENGTH = 64
-MAX_STRING_LENGTH = 1024          # XLA_FLAGS of real runs are a few hundred characters
-# Physical ranges of a measured compile: below 0.1 ms is no XLA compile, above a day
-# nobody waited for one. The reference program compiles in about 0.1 s on a laptop.
-MIN_COMPILE_SECONDS, MAX_COMPILE_SECONDS = 1e-4, 1e5
-MIN_REF_SECONDS, MAX_REF_SECONDS = 1e-3, 100.0
-MAX_CPU_COUNT = 4096
-# A sample may come from a bigger machine than this server's, but not from one with
-# more than this many times its memory.
-MEMORY_MARGIN = 16
-# Counts of real programs stay far below this (flops of the largest are ~1e18); the
-# predict routes take up to 1e30 so that a prediction never overflows, samples need less.
-MAX_SAMPLE_FEATURE = 1e20
 FAMILY = "sample"
 
 bp = Blueprint("samples", __name__)
@@ -131,59 +113,8 @@ def max_sample_bytes() -> float:
     return float(psutil.virtual_memory().total * MEMORY_MARGIN)
 
 
-def _labels(body: dict[str, Any]) -> dict[str, float | None]:
-    bytes_limit = max_sample_bytes()
-    return {"compile_seconds": number(body, "compile_seconds", required=True,
-                                      minimum=MIN_COMPILE_SECONDS, maximum=MAX_COMPILE_SECONDS),
-            "peak_rss_bytes": number(body, "peak_memory_bytes", maximum=bytes_limit),
-            "executable_memory_bytes": number(body, "executable_memory_bytes",
-                                              maximum=bytes_limit)}
-
-
-def _environment(body: dict[str, Any]) -> dict[str, Any]:
-    value = body.get("environment")
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ValidationError(f"environment: must be an object, not {json_type(value)}")
-    if len(value) > MAX_ENVIRONMENT_KEYS:
-        raise ValidationError(f"environment: at most {MAX_ENVIRONMENT_KEYS} fields")
-    for key, item in value.items():
-        _environment_item(key, item)
-    return value
-
-
-def _environment_item(key: str, item: Any) -> None:
-    if len(key) > MAX_KEY_LENGTH:
-        raise ValidationError(f"environment: field names are at most {MAX_KEY_LENGTH} "
-                              f"characters, one has {len(key)}")
-    field = f"environment.{key}"
-    if key == "cpu_count":
-        if isinstance(item, bool) or not isinstance(item, int) or not 1 <= item <= MAX_CPU_COUNT:
-            raise ValidationError(f"{field}: must be an integer from 1 to {MAX_CPU_COUNT}, "
-                                  f"got {_shown(item)}")
-    elif key == "ref_seconds":
-        checked_number(item, field, minimum=MIN_REF_SECONDS, maximum=MAX_REF_SECONDS)
-    elif key in ROW_ENVIRONMENT:
-        if not isinstance(item, str):
-            raise ValidationError(f"{field}: must be a string, not {json_type(item)}")
-    elif item is not None and not isinstance(item, (str, int, float, bool)):
-        raise ValidationError(f"{field}: must be a string, number, boolean or null, "
-                              f"not {json_type(item)}")
-    elif isinstance(item, float) and not math.isfinite(item):
-        raise ValidationError(f"{field}: must be finite")
-    if isinstance(item, str) and len(item) > MAX_STRING_LENGTH:
-        raise ValidationError(f"{field}: at most {MAX_STRING_LENGTH} characters, got "
-                              f"{len(item)}")
-
-
-def _shown(value: Any) -> str:
-    """A value for an error message, cut short: the body may hold megabytes."""
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _check_sample_features(features: Features) -> None:
+    # what SampleFeatureVector says of a vector, for the features of a module's text
     for name, value in features.values.items():
         if value > MAX_SAMPLE_FEATURE:  # NaN (an absent jaxpr feature) compares False
             raise ValidationError(f"features.{name}: a sample's features are at most "
@@ -195,13 +126,15 @@ def add_sample():
     """Store one measured compile (samples token); 201 with its id."""
     require_token("SAMPLES_TOKEN", "storing and reading samples")
     body = json_object()
-    reject_unknown(body, SAMPLE_FIELDS)
-    labels = _labels(body)
-    environment = _environment(body)
-    features = program_features(body)
+    sample = parse("SampleRequest", body)
+    labels = {stored: getattr(sample, api) for api, stored in API_LABELS.items()}
+    environment = ({} if sample.environment is None
+                   else sample.environment.model_dump(exclude_unset=True))
+    features = program_features(sample)
     _check_sample_features(features)
-    source = "stablehlo" if "stablehlo" in body else "features"
-    program = body["stablehlo"] if source == "stablehlo" else json.dumps(
+    source = "features" if sample.stablehlo is None else "stablehlo"
+    # the vector as sent (not as validated), so a program's digest stays what it was
+    program = sample.stablehlo if source == "stablehlo" else json.dumps(
         body["features"], sort_keys=True)
     digest = hashlib.sha256(program.encode("utf-8", "surrogatepass")).hexdigest()
     store: SampleStore = current_app.extensions["costmodel"].samples

@@ -1,4 +1,5 @@
-"""Request bodies into `Features` and checked numbers; every failure is a 400 naming the field.
+"""Request bodies through their pydantic models (`api.schemas`); every failure is a 400
+naming the field, worded from the model's own JSON schema (the document's limits).
 
 A program arrives either as StableHLO text, which goes through the same extractor as
 `costmodel.predict`, or as a feature vector keyed by `MODEL_FEATURES` names.
@@ -6,114 +7,72 @@ A program arrives either as StableHLO text, which goes through the same extracto
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
+import pydantic
+from flask import current_app
+from pydantic import TypeAdapter
+
 from costmodel.features import (
-    ALL_FEATURES,
-    JAXPR_FEATURES,
-    KNOWN_TARGETS,
-    MODEL_FEATURES,
     SCHEMA_VERSION,
     Features,
-    Placement,
     RefusedText,
     StableHLOParseError,
-    UnknownTargetError,
     from_stablehlo,
-    normalize_target,
 )
 
 from .errors import ValidationError, json_type
+from .sample_schemas import sample_request
+from .schemas import FEATURE_VECTORS, AdviseProgram, BlameRequest, Program, RetrainRequest, one_or_batch
 
-# Far above any real count (flops of the largest programs are ~1e18), low enough that the
-# model's power law cannot overflow a float.
-MAX_FEATURE_VALUE = 1e30
-PROGRAM_FIELDS = ("stablehlo", "features", "backend", "target")
-_JAXPR = frozenset(JAXPR_FEATURES)
+Loc = Sequence[str | int]
 
 
-def known_targets_text() -> str:
-    return ", ".join(Placement(b, t).where for b, ts in KNOWN_TARGETS.items() for t in ts)
+@dataclass(frozen=True, eq=False)
+class RequestModels:
+    """One app's request bodies by the name the document gives them, and their JSON
+    schemas (`$defs` inside), from which errors read the limits they quote."""
+
+    adapters: Mapping[str, TypeAdapter]
+    schemas: Mapping[str, dict[str, Any]]
 
 
-def reject_unknown(body: Mapping[str, Any], allowed: Collection[str], where: str = "") -> None:
-    """400 naming any field the endpoint does not take (a typo would otherwise be ignored)."""
-    unknown = sorted(set(body) - set(allowed))
-    if unknown:
-        raise ValidationError(
-            f"{where}unknown field(s): {', '.join(unknown)}; allowed: {', '.join(allowed)}")
+@lru_cache(maxsize=16)
+def request_models(max_batch: int, max_sample_bytes: float) -> RequestModels:
+    """The request models of a server with these limits (built once per pair)."""
+    types = {"PredictRequest": one_or_batch(Program, "PredictBatch", max_batch),
+             "AdviseRequest": one_or_batch(AdviseProgram, "AdviseBatch", max_batch),
+             "BlameRequest": BlameRequest,
+             "SampleRequest": sample_request(max_sample_bytes),
+             "RetrainRequest": RetrainRequest}
+    adapters = {name: TypeAdapter(kind) for name, kind in types.items()}
+    return RequestModels(adapters, {name: a.json_schema() for name, a in adapters.items()})
 
 
-def number(body: Mapping[str, Any], name: str, *, where: str = "", required: bool = False,
-           minimum: float = 0.0, exclusive: bool = False,
-           maximum: float = MAX_FEATURE_VALUE) -> float | None:
-    """The field `name` as a finite float in range, None when absent and optional."""
-    if name not in body or (body[name] is None and not required):
-        if required:
-            raise ValidationError(f"{where}{name}: required field is missing")
-        return None
-    return checked_number(body[name], f"{where}{name}", minimum=minimum, exclusive=exclusive,
-                          maximum=maximum)
-
-
-def checked_number(value: Any, field: str, *, minimum: float = 0.0, exclusive: bool = False,
-                   maximum: float = MAX_FEATURE_VALUE) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValidationError(f"{field}: must be a number, not {json_type(value)}")
-    # Compare before float(): a huge JSON integer would overflow the conversion.
-    too_low = value <= minimum if exclusive else value < minimum
-    if too_low or value > maximum or (isinstance(value, float) and not math.isfinite(value)):
-        bound = f"> {minimum:g}" if exclusive else f">= {minimum:g}"
-        raise ValidationError(
-            f"{field}: must be a number {bound} and <= {maximum:g}, got {value!r}")
-    return float(value)
-
-
-def target_of(body: Mapping[str, Any], where: str = "") -> tuple[str, str]:
-    """Normalized (backend, target); 400 listing the known ones when unknown."""
-    for name in ("backend", "target"):
-        value = body.get(name)
-        if value is not None and not isinstance(value, str):
-            raise ValidationError(f"{where}{name}: must be a string, not {json_type(value)}")
+def parse(name: str, body: dict[str, Any]) -> Any:
+    """`body` validated by this app's request model `name` ("PredictRequest", ...)."""
+    models = current_app.extensions["costmodel"].requests
     try:
-        return normalize_target(body.get("backend") or "cpu", body.get("target"))
-    except UnknownTargetError as exc:
-        raise ValidationError(
-            f"{where}{exc}; known backend/target pairs: {known_targets_text()}") from None
+        return models.adapters[name].validate_python(body)
+    except pydantic.ValidationError as exc:
+        raise ValidationError(describe(exc.errors(include_url=False),
+                                       models.schemas[name])) from None
 
 
-def program_features(body: Mapping[str, Any], where: str = "") -> Features:
-    """Features of the program in `body`: exactly one of `stablehlo` or `features`.
-
-    Example:
-        >>> program_features({"stablehlo": text, "backend": "cpu"})["hlo_ops"]
-        12.0
-    """
-    vector = body.get("features")
-    # a vector from Features.to_dict() says where it was extracted for; the request may not
-    placed_by = vector if (isinstance(vector, dict) and body.get("backend") is None
-                           and vector.get("backend") is not None) else body
-    backend, target = target_of(placed_by, where)
-    given = [name for name in ("stablehlo", "features") if name in body]
-    if len(given) != 1:
-        raise ValidationError(
-            f"{where}give exactly one of 'stablehlo' (module text) or 'features' (an object "
-            f"of feature values){'; got both' if len(given) == 2 else ''}")
-    if given[0] == "stablehlo":
-        return _from_text(body["stablehlo"], backend, target, where)
-    return feature_vector(body["features"], backend, target, where)
+def program_features(program: Program, where: str = "") -> Features:
+    """Features of a validated program: its text parsed, or its vector as it is."""
+    if program.stablehlo is not None:
+        return from_text(program.stablehlo, lambda text: from_stablehlo(
+            text, backend=program.backend, target=program.target), where)
+    return Features(program.features.feature_values(), backend=program.backend,
+                    target=program.target)
 
 
-def _from_text(text: Any, backend: str, target: str, where: str) -> Features:
-    return from_text(text, lambda t: from_stablehlo(t, backend=backend, target=target), where)
-
-
-def from_text(text: Any, parse: Callable[[str], Any], where: str = "") -> Any:
+def from_text(text: str, parse: Callable[[str], Any], where: str = "") -> Any:
     """`parse(text)` of a `stablehlo` field, every way the text can be bad a 400."""
-    if not isinstance(text, str):
-        raise ValidationError(f"{where}stablehlo: must be a string, not {json_type(text)}")
     try:
         return parse(text)
     except RefusedText as exc:
@@ -124,45 +83,162 @@ def from_text(text: Any, parse: Callable[[str], Any], where: str = "") -> Any:
         raise ValidationError(f"{where}stablehlo: the module nests too deeply") from None
 
 
-# what `Features.to_dict()` carries beside the features: accepted in a feature vector
-ENVIRONMENT_KEYS = ("schema_version", "backend", "target", "jaxlib_version", "host_cpu_count")
+# -- pydantic's errors in the service's words ------------------------------------------------
+
+def describe(errors: list[dict[str, Any]], schema: dict[str, Any]) -> str:
+    """The first problem of a body (the unknown fields of an object, or the features a
+    vector misses, count as one), and how many more there are."""
+    problems: dict[Any, list] = {}
+    for error in errors:
+        shown, parent, node = _locate(schema, error["loc"])
+        key = (error["type"], tuple(shown[:-1])) if _grouped(error, shown, parent) else len(
+            problems)
+        problems.setdefault(key, []).append((error, shown, parent, node))
+    # unknown fields first: one is often a misspelt field that is also reported missing
+    groups = sorted(problems.values(), key=lambda group: group[0][0]["type"] != "extra_forbidden")
+    first, *rest = [_group_text(group) for group in groups]
+    return first + (f" (and {len(rest)} more problem{'s' if len(rest) > 1 else ''})"
+                    if rest else "")
 
 
-def feature_vector(values: Any, backend: str, target: str, where: str = "") -> Features:
-    """`Features` from `{name: number}` (what `Features.to_dict()` gives): `schema_version`
-    and all `MODEL_FEATURES` required, jaxpr ones optional. A vector of another schema is
-    refused: its numbers mean other things. Its own backend and target, when given, must
-    match the request's."""
-    field = f"{where}features"
-    if not isinstance(values, dict):
-        raise ValidationError(
-            f"{field}: must be an object of feature values, not {json_type(values)}")
-    version = values.get("schema_version")
-    if version is None:
-        raise ValidationError(f"{field}.schema_version: required (this server reads feature "
-                              f"schema {SCHEMA_VERSION}; Features.to_dict() includes it)")
-    if isinstance(version, bool) or version != SCHEMA_VERSION:
-        raise ValidationError(f"{field}.schema_version: {version!r} is not this server's "
-                              f"feature schema {SCHEMA_VERSION}; extract the features again "
-                              f"with a matching costmodel")
-    if values.get("backend") is not None:
-        own = target_of(values, f"{field}.")
-        if own != (backend, target):
-            raise ValidationError(
-                f"{field}.backend: the vector was extracted for {Placement(*own).where}, "
-                f"the request asks for {Placement(backend, target).where}")
-    unknown = sorted(set(values) - set(ALL_FEATURES) - set(ENVIRONMENT_KEYS))
-    if unknown:
-        raise ValidationError(f"{field}: unknown feature name(s): {', '.join(unknown[:20])}")
-    missing = [name for name in MODEL_FEATURES if name not in values]
-    if missing:
-        raise ValidationError(
-            f"{field}: missing {len(missing)} required feature(s): {', '.join(missing)}")
-    out: dict[str, float] = {}
-    for name in ALL_FEATURES:
-        value = values.get(name)
-        if value is None and name in _JAXPR:
-            out[name] = math.nan
-        else:
-            out[name] = checked_number(value, f"{field}.{name}")
-    return Features(out, backend=backend, target=target)
+def _grouped(error: dict[str, Any], shown: list, parent: dict[str, Any]) -> bool:
+    """Whether the error is one of a list said at once: unknown fields of an object, or
+    features missing from a vector."""
+    return error["type"] == "extra_forbidden" or (
+        error["type"] == "missing" and parent.get("title") in FEATURE_VECTORS
+        and shown[-1] != "schema_version")
+
+
+def _group_text(group: list) -> str:
+    error, shown, parent, node = group[0]
+    if _grouped(error, shown, parent):
+        return _list_text(error["type"], [item[1][-1] for item in group], shown[:-1], parent)
+    path = _path(shown)
+    if error["type"] == "body_error":
+        return (path + "." if path else "") + error["ctx"]["message"]
+    detail = _detail(error, shown[-1] if shown else None, node)
+    return f"{path}: {detail}" if path else detail
+
+
+def _list_text(kind: str, names: list, where: list, parent: dict[str, Any]) -> str:
+    here = _path(where)
+    if kind == "extra_forbidden":
+        if parent.get("title") in FEATURE_VECTORS:
+            return f"{here}: unknown feature name(s): {', '.join(sorted(names)[:20])}"
+        return (f"{here + '.' if here else ''}unknown field(s): {', '.join(sorted(names))}; "
+                f"allowed: {', '.join(parent.get('properties', {}))}")
+    return f"{here}: missing {len(names)} required feature(s): {', '.join(names)}"
+
+
+def _path(parts: Loc) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
+    return out
+
+
+def _deref(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in node:
+        node = defs[node["$ref"].rsplit("/", 1)[1]]
+    return node
+
+
+def _branches(node: dict[str, Any], defs: dict[str, Any]) -> list[dict[str, Any]]:
+    # a union (or a nullable field); an object's own oneOf only says which fields it needs
+    if "type" in node:
+        return []
+    return [_deref(b, defs) for b in node.get("oneOf", node.get("anyOf", ()))]
+
+
+def _locate(schema: dict[str, Any], loc: Loc) -> tuple[list, dict[str, Any], dict[str, Any]]:
+    """(the path as the body spells it, the schema of the object holding the last part,
+    that part's schema) of an error's `loc`."""
+    defs = schema.get("$defs", {})
+    shown: list = []
+    parent: dict[str, Any] = {}
+    node = _deref(schema, defs)
+    for part in loc:
+        branches = _branches(node, defs)
+        tagged = [b for b in branches if b.get("title") == part]
+        if tagged:  # a discriminated union's tag (the model's name): not in the body
+            node = tagged[0]
+            continue
+        parent = next((b for b in branches if b.get("type") != "null"), node)
+        child = parent.get("items") if isinstance(part, int) else parent.get(
+            "properties", {}).get(part, parent.get("additionalProperties"))
+        node = _deref(child if isinstance(child, dict) else {}, defs)
+        shown.append(part)
+    node = next((b for b in _branches(node, defs) if b.get("type") != "null"), node)
+    return shown, parent, node
+
+
+def _version(value: Any) -> str:
+    if value is None:
+        return (f"required (this server reads feature schema {SCHEMA_VERSION}; "
+                f"Features.to_dict() includes it)")
+    return (f"{value!r} is not this server's feature schema {SCHEMA_VERSION}; extract the "
+            f"features again with a matching costmodel")
+
+
+_BATCH = "must be a non-empty array of programs"
+# (field, pydantic error type): what to say instead of the generic words
+_SPECIAL: dict[tuple[Any, str], Callable[[Any, dict[str, Any]], str]] = {
+    ("schema_version", "missing"): lambda value, ctx: _version(None),
+    ("schema_version", "literal_error"): lambda value, ctx: _version(value),
+    ("instances", "list_type"): lambda value, ctx: _BATCH,
+    ("instances", "too_short"): lambda value, ctx: _BATCH,
+    ("instances", "too_long"): lambda value, ctx: (
+        f"at most {ctx['max_length']} programs per request, got {ctx['actual_length']}"),
+    ("features", "model_type"): lambda value, ctx: (
+        f"must be an object of feature values, not {json_type(value)}"),
+    ("stablehlo", "missing"): lambda value, ctx: (
+        "required field is missing (blame needs the module text with its locations: "
+        "lowered.as_text(debug_info=True))"),
+}
+_RANGE = {"greater_than", "greater_than_equal", "less_than", "less_than_equal",
+          "finite_number"}
+_NOUNS = {"string_type": "a string", "float_type": "a number", "int_type": "an integer",
+          "bool_type": "a boolean", "list_type": "an array", "model_type": "an object",
+          "dict_type": "an object"}
+
+
+def _detail(error: dict[str, Any], name: Any, node: dict[str, Any]) -> str:
+    kind, value, ctx = error["type"], error.get("input"), error.get("ctx") or {}
+    special = _SPECIAL.get((name, kind))
+    if special is not None:
+        return special(value, ctx)
+    if kind == "field_error":
+        return ctx["message"]
+    if kind == "missing":
+        return "required field is missing"
+    if node.get("type") == "integer" and (kind in _RANGE or kind == "int_type"):
+        return f"must be an integer{_bounds(node, integer=True)}, got {_shown(value)}"
+    # a JSON integer too large for a float is out of range, not of another type
+    too_large = kind == "float_type" and isinstance(value, int) and not isinstance(value, bool)
+    if kind in _RANGE or too_large:
+        return f"must be a number{_bounds(node)}, got {value!r}"
+    if kind in _NOUNS:
+        return f"must be {_NOUNS[kind]}, not {json_type(value)}"
+    if kind == "string_too_long":
+        return f"at most {ctx['max_length']} characters, got {len(value)}"
+    return error["msg"]
+
+
+def _bounds(node: dict[str, Any], integer: bool = False) -> str:
+    """The documented range of a number, as " >= 0 and <= 1e+30" (empty without one)."""
+    if integer and "minimum" in node and "maximum" in node:
+        return f" from {node['minimum']} to {node['maximum']}"
+    parts = []
+    if "exclusiveMinimum" in node:
+        parts.append(f"> {node['exclusiveMinimum']:g}")
+    elif "minimum" in node:
+        parts.append(f">= {node['minimum']:g}")
+    if "maximum" in node:
+        parts.append(f"<= {node['maximum']:g}")
+    return " " + " and ".join(parts) if parts else ""
+
+
+def _shown(value: Any) -> str:
+    """A value for an error message, cut short: the body may hold megabytes."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

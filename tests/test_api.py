@@ -244,6 +244,11 @@ CASES = {
                      "instances[1].features.hlo_ops: must be a number, not a string"),
     "instances and more": ({"instances": [feature_body()], "backend": "cpu"}, 400, BAD,
                            "unknown field(s): backend; allowed: instances"),
+    "two problems": ({"stablehlo": 1, "backend": 2}, 400, BAD,
+                     "stablehlo: must be a string, not a number (and 1 more problem)"),
+    "vector of another place": ({"features": {**feature_body()["features"], "backend": "tpu"}},
+                                400, BAD, f"features.unknown backend 'tpu'; known backends: "
+                                f"cpu, gpu; known backend/target pairs: {PAIRS}"),
 }
 
 

@@ -13,10 +13,9 @@ from test_api_support import (
     config,
     error,
     feature_body,
+    one_thread_model,
     stablehlo,
-    train_artifact,
 )
-from threadpoolctl import threadpool_limits
 
 from costmodel.api import create_app
 from costmodel.api.config import load_config
@@ -28,8 +27,7 @@ MEMORY_LIMIT = psutil.virtual_memory().total * 16
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    with threadpool_limits(1):  # two shared cores: more threads only contend
-        return train_artifact(tmp_path_factory.mktemp("model") / "cpu")
+    return one_thread_model(tmp_path_factory)
 
 
 @pytest.fixture
@@ -144,7 +142,7 @@ SAMPLE_CASES = {
                       "unknown field(s): family; allowed: stablehlo, features, backend, target, "
                       "compile_seconds, peak_memory_bytes, executable_memory_bytes, environment"),
     "feature 1e30": ({"compile_seconds": 1, **feature_body(hlo_ops=1e30)},
-                     "features.hlo_ops: a sample's features are at most 1e+20, got 1e+30"),
+                     "features.hlo_ops: must be a number >= 0 and <= 1e+20, got 1e+30"),
 }
 
 
@@ -152,6 +150,24 @@ SAMPLE_CASES = {
 def test_samples_reject_implausible_bodies(client, app, extra, description):
     response = _post(client, {**feature_body(), **extra})
     assert (response.status_code, response.json) == (400, error(400, BAD, description))
+    assert app.extensions["costmodel"].samples.count() == 0
+
+
+# dot_flops 2e21: counts no real program reaches, refused once the text is read
+HUGE_DOT = """module {
+  func.func public @main(%a: tensor<10000000x10000000xf32>, %b: tensor<10000000x10000000xf32>)
+      -> tensor<10000000x10000000xf32> {
+    %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<10000000x10000000xf32>,
+        tensor<10000000x10000000xf32>) -> tensor<10000000x10000000xf32>
+    return %0 : tensor<10000000x10000000xf32>
+  }
+}"""
+
+
+def test_samples_refuse_text_whose_features_are_implausible(client, app):
+    response = _post(client, {"stablehlo": HUGE_DOT, "compile_seconds": 1})
+    assert (response.status_code, response.json) == (400, error(
+        400, BAD, "features.dot_flops: a sample's features are at most 1e+20, got 2e+21"))
     assert app.extensions["costmodel"].samples.count() == 0
 
 

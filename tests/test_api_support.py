@@ -39,6 +39,14 @@ def train_artifact(out: Path, n: int = 24, seed: int = 0, scale: float = 1.0) ->
     return out
 
 
+def one_thread_model(tmp_path_factory) -> Path:
+    """The tiny model, trained on one thread (two shared cores: more threads only contend)."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        return train_artifact(tmp_path_factory.mktemp("model") / "cpu")
+
+
 def write_data(path: Path, data: pd.DataFrame) -> Path:
     return dataset.export_parquet(data, path)
 
