@@ -80,6 +80,8 @@ def from_text(text: str, parse: Callable[[str], Any], where: str = "") -> Any:
     except StableHLOParseError as exc:
         raise ValidationError(f"{where}stablehlo: not a valid StableHLO module: {exc}") from None
     except RecursionError:
+        # Not the text guard's case (too deep brackets are RefusedText above): a chain of
+        # some 500 calls is flat text, and the features' walk recurses once per call.
         raise ValidationError(f"{where}stablehlo: the module nests too deeply") from None
 
 

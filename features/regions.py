@@ -87,29 +87,22 @@ def region_tallies(module) -> dict[str, RegionTally]:
     from jax._src.lib.mlir import ir
 
     from .constant_folding import ConstantFolding
-    from .stablehlo import _dot_flops, _tensor, _trip_count
+    from .stablehlo.contractions import dot_flops
+    from .stablehlo.ops import dense_bytes, trip_count
+    from .stablehlo.parse import functions
+    from .stablehlo.tensors import cached
 
-    funcs = {}
-    for view in module.body.operations:
-        op = view.operation
-        if op.name == "func.func":
-            funcs[ir.StringAttr(op.attributes["sym_name"]).value] = op
+    funcs = functions(module)
     if "main" not in funcs:
         return {}
-    types: dict = {}
-
-    def tensor(mlir_type):
-        if mlir_type not in types:
-            types[mlir_type] = _tensor(mlir_type)
-        return types[mlir_type]
-
+    tensor = cached()
     folded: dict = {}  # first result of a folded op -> (elements, dot flops)
 
     def on_fold(op, elements: float, flops: float) -> None:
         if len(op.results):
             folded[op.results[0]] = (elements, flops)
 
-    ConstantFolding(funcs, tensor, _dot_flops(tensor), on_fold).function("main")
+    ConstantFolding(funcs, tensor, dot_flops(tensor), on_fold).function("main")
     records: list[_Op] = []
     constant_of: dict = {}  # result of a constant not used yet -> its record
 
@@ -137,7 +130,7 @@ def region_tallies(module) -> dict[str, RegionTally]:
                     owner.stack = stack
             name = op.name.rsplit(".", 1)[-1]
             if name == "constant":
-                record.constant_bytes = _dense_bytes(op, infos[0]) * calls
+                record.constant_bytes = float(dense_bytes(op, infos[0])) * calls
                 constant_of[results[0]] = record
             if name == "call" and depth < 64:
                 callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
@@ -146,7 +139,7 @@ def region_tallies(module) -> dict[str, RegionTally]:
                         for inner in region.blocks:
                             walk(inner, calls, trips, stack, depth + 1)
                 continue
-            inner_trips = trips * ((_trip_count(op) or 1) if name == "while" else 1)
+            inner_trips = trips * ((trip_count(op) or 1) if name == "while" else 1)
             for region in op.regions:
                 for inner in region.blocks:
                     walk(inner, calls, inner_trips, stack, depth + 1)
@@ -155,16 +148,6 @@ def region_tallies(module) -> dict[str, RegionTally]:
         for block in region.blocks:
             walk(block, 1.0, 1.0, (), 0)
     return _tally(records)
-
-
-def _dense_bytes(op, info) -> float:
-    from jax._src.lib.mlir import ir
-
-    try:
-        splat = ir.DenseElementsAttr(op.attributes["value"]).is_splat
-    except (ValueError, TypeError):
-        splat = False
-    return float(info.nbytes) if info is not None and not splat and info.elements > 1 else 0.0
 
 
 def _tally(records: list[_Op]) -> dict[str, RegionTally]:

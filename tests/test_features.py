@@ -176,22 +176,90 @@ def test_features_to_dict_is_versioned_and_complete():
     assert d["backend"] == "cpu"
 
 
+def test_every_tally_field_combines_by_its_one_declared_rule():
+    from collections import Counter
+
+    from costmodel.features.stablehlo import tally as T
+    from costmodel.features.stablehlo.combine import combine
+
+    names = [f.name for f in T.FIELDS]
+    assert len(names) == len(set(names)) and set(T.Tally.__slots__) == set(names)
+    fed = [f.inlined for f in T.FIELDS if f.inlined] + [f.total for f in T.FIELDS if f.total]
+    assert len(fed) == len(set(fed)) and set(fed) <= set(F.STABLEHLO_FEATURES)
+    # caller and callee values of each empty type; the callee runs 3 times inside 2 loops
+    mine = {int: 2, float: 1.5, Counter: Counter(a=1), list: [[1, 1.0, 0]], set: {1}}
+    theirs = {int: 5, float: 2.0, Counter: Counter(a=2, b=1), list: [[2, 2.0, 1]], set: {2}}
+    expected = {
+        T.added: lambda a, b: a + b, T.trip_weighted: lambda a, b: a + 3.0 * b,
+        T.larger: max, T.deeper_by_loops: lambda a, b: max(a, 2 + b),
+        T.deeper_by_one: lambda a, b: max(a, 1 + b),
+        T.merged: lambda a, b: a + b, T.extended: lambda a, b: a + b,
+    }
+    caller, callee = T.Tally(), T.Tally()
+    for f in T.FIELDS:
+        assert getattr(caller, f.name) == f.empty()
+        setattr(caller, f.name, mine.get(f.empty, f.empty()))
+        setattr(callee, f.name, theirs.get(f.empty, f.empty()))
+    caller.calls, callee.calls = [T.Call("callee", 3.0, 2)], []
+    combined = combine("main", {"main": caller, "callee": callee}, {})
+    assert list(combined) == [f.name for f in T.ALONG_CALLS]
+    for f in T.ALONG_CALLS:
+        assert combined[f.name] == expected[f.along](mine[f.empty], theirs[f.empty]), f.name
+    assert caller.histogram == Counter(a=1)  # the caller's own tally is kept
+    totals = T.module_totals({"main": caller, "callee": callee})
+    module_rules = {sum: lambda a, b: a + b, max: max, T.distinct: lambda a, b: len(a | b),
+                    T.count_items: lambda a, b: len(a) + len(b),
+                    T.merged_counts: lambda a, b: a + b}
+    for f in T.OVER_MODULE:
+        own = [getattr(caller, f.name), getattr(callee, f.name)]
+        assert totals[f.name] == module_rules[f.over_module](*own), f.name
+
+
 def test_unknown_ops_are_counted_not_dropped():
     text = """module {
       func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
         %0 = stablehlo.cbrt %a : tensor<4xf32>
         %1 = "mystery.op"(%0) : (tensor<4xf32>) -> tensor<4xf32>
-        return %1 : tensor<4xf32>
+        %2 = call @f(%1) : (tensor<4xf32>) -> tensor<4xf32>
+        return %2 : tensor<4xf32>
+      }
+      func.func private @f(%a: tensor<4xf32>) -> tensor<4xf32> {
+        %0 = "mystery.op"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+        return %0 : tensor<4xf32>
       }
     }"""
     from costmodel.features.stablehlo import _context
+    from costmodel.features.stablehlo.ops import HANDLERS
+
+    assert "mystery.op" not in HANDLERS
     _context().allow_unregistered_dialects = True
     try:
         feats = F.from_stablehlo(text)
     finally:
         _context().allow_unregistered_dialects = False
-    assert feats["unknown_ops"] == 1
-    assert feats["hlo_ops"] == 2
+    # counted by its full name, as an op of no category, and as a kernel of its own
+    assert feats.info["op_histogram"] == {"call": 1, "cbrt": 1, "mystery.op": 2}
+    assert {name: feats[name] for name in ("hlo_ops", "unknown_ops", "cat_elementwise",
+                                           "cat_control_flow", "sequence_kernels_max",
+                                           "fusion_groups", "chain_length")} == {
+        "hlo_ops": 4, "unknown_ops": 2, "cat_elementwise": 1, "cat_control_flow": 1,
+        "sequence_kernels_max": 3, "fusion_groups": 1, "chain_length": 4}
+
+
+def test_a_chain_of_400_calls_is_walked_within_the_recursion_limit():
+    # flat text the nesting guard passes; each call costs the walk two Python frames
+    # (~490 calls fit), a handler that recursed itself would cost three (~320)
+    depth = 400
+    funcs = [f"""func.func private @f{i}(%a: tensor<4xf32>) -> tensor<4xf32> {{
+        %0 = call @f{i + 1}(%a) : (tensor<4xf32>) -> tensor<4xf32>
+        return %0 : tensor<4xf32>
+      }}""" for i in range(depth)]
+    funcs[-1] = funcs[-1].replace(f"call @f{depth}(%a) : (tensor<4xf32>) -> tensor<4xf32>",
+                                  "stablehlo.sine %a : tensor<4xf32>")
+    text = "module {\n" + "\n".join(funcs).replace("private @f0", "@main") + "\n}"
+    feats = F.from_stablehlo(text)
+    assert feats["hlo_max_call_depth"] == depth - 1
+    assert feats["hlo_ops_inlined"] == depth
 
 
 def test_prng_key_dtypes_do_not_break_extraction():

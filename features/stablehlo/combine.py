@@ -1,0 +1,48 @@
+"""Per-function tallies combined along the call graph, as XLA sees the program once calls are
+inlined; cycles are cut, counting the callee once."""
+
+from __future__ import annotations
+
+import copy
+
+from .tally import ALONG_CALLS, Tally
+
+
+def combine(name: str, tallies: dict[str, Tally], memo: dict, stack: tuple = ()) -> dict:
+    """`ALONG_CALLS` field -> its value for `name` with every call inlined."""
+    if name in memo:
+        return memo[name]
+    own = tallies.get(name)
+    if own is None or name in stack:
+        return {f.name: f.empty() for f in ALONG_CALLS}
+    result = {f.name: copy.copy(getattr(own, f.name)) for f in ALONG_CALLS}
+    for call in own.calls:
+        sub = combine(call.callee, tallies, memo, stack + (name,))
+        for f in ALONG_CALLS:
+            result[f.name] = f.along(result[f.name], sub[f.name], call)
+    memo[name] = result
+    return result
+
+
+def kernel_sequences(name: str, tallies: dict[str, Tally], memo: dict,
+                     stack: tuple = ()) -> tuple[int, list[int]]:
+    """Kernels of `name`'s body with its calls inlined, and the kernels of each loop body
+    and branch it runs (its callees' included)."""
+    if name in memo:
+        return memo[name]
+    own = tallies.get(name)
+    if own is None or name in stack:
+        return 0, []
+    body, nested = 0, []
+    for kernels, callees, is_body in own.sequences:
+        for callee in callees:
+            callee_body, callee_nested = kernel_sequences(callee, tallies, memo,
+                                                          stack + (name,))
+            kernels += callee_body
+            nested.extend(callee_nested)
+        if is_body:
+            body += kernels
+        else:
+            nested.append(kernels)
+    memo[name] = body, nested
+    return memo[name]

@@ -1,0 +1,121 @@
+"""Dots and convolutions: their flops, matrix-vector products and the operands XLA:CPU must
+transpose, and their handlers."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from .tensors import TensorInfo, tensor
+
+_DOT_DIMS = re.compile(r"((?:lhs|rhs)_(?:batching|contracting)_dimensions) = \[([0-9, ]*)\]")
+
+
+def dot_stats(op, tensor=tensor) -> tuple[float, bool, int]:
+    """Flops of a dot, whether it multiplies a matrix by a vector (one side has no free,
+    non-batch non-contracting, dimension larger than 1), and how many of its operands
+    XLA:CPU must transpose first (`operand_transposed`).
+
+    XLA:CPU emits matrix-vector dots as its own tiled LLVM loops instead of calling a GEMM
+    library, and they cost several times more compile time than a matrix product of the
+    same op count. `tensor` decodes an MLIR type (the walker passes its cached one).
+    """
+    lhs, rhs, out = (tensor(value.type) for value in (*op.operands[:2], op.results[0]))
+    if lhs is None:
+        return 0.0, False, 0
+    if "dot_dimension_numbers" in op.attributes:
+        text = str(op.attributes["dot_dimension_numbers"])
+        dims = {key: [int(d) for d in value.split(",") if d.strip()]
+                for key, value in _DOT_DIMS.findall(text)}
+    else:  # stablehlo.dot: (m, k) x (k, n) or vectors
+        dims = {"lhs_contracting_dimensions": [len(lhs.shape) - 1] if lhs.shape else [],
+                "rhs_contracting_dimensions": [0] if rhs is not None and rhs.shape else []}
+
+    def free_and_contracted(info: TensorInfo, side: str) -> tuple[int, int]:
+        contracting = dims.get(f"{side}_contracting_dimensions", [])
+        skipped = set(contracting) | set(dims.get(f"{side}_batching_dimensions", []))
+        free = math.prod(n for i, n in enumerate(info.shape) if i not in skipped)
+        return free, math.prod(info.shape[i] for i in contracting if i < len(info.shape))
+
+    def transposed(info: TensorInfo, side: str) -> bool:
+        return operand_transposed(len(info.shape), dims.get(f"{side}_batching_dimensions", []),
+                                   dims.get(f"{side}_contracting_dimensions", []))
+
+    lhs_free, contracted = free_and_contracted(lhs, "lhs")
+    flops = 0.0 if out is None else 2.0 * out.elements * contracted
+    if rhs is None:
+        return flops, False, int(transposed(lhs, "lhs"))
+    rhs_free, _ = free_and_contracted(rhs, "rhs")
+    return (flops, contracted > 1 and min(lhs_free, rhs_free) == 1,
+            int(transposed(lhs, "lhs")) + int(transposed(rhs, "rhs")))
+
+
+def operand_transposed(rank: int, batch: list[int], contracting: list[int]) -> bool:
+    """Whether XLA:CPU copies a dot operand into another layout before its batched matrix
+    product: the batch dimensions must lead, in order, and the contracting ones sit
+    together at either end of the rest (a transposed matrix is only a layout).
+    `bench/layout_cost.py`: ``bqhd,bkhd->bhqk`` compiled in 86 ms, ``bhqd,bhkd->bhqk`` in 11."""
+    if list(batch) != list(range(len(batch))):
+        return True
+    rest = [d for d in range(rank) if d not in batch]
+    at = sorted(rest.index(d) for d in contracting if d in rest)
+    if not at:
+        return False
+    together = at == list(range(at[0], at[0] + len(at)))
+    return not (together and (at[0] == 0 or at[-1] == len(rest) - 1))
+
+
+_CONV_DIMS = re.compile(r"\[([^\]]*)\]x\[([^\]]*)\]->\[([^\]]*)\]")
+
+
+def conv_stats(op, tensor=tensor) -> tuple[float, int]:
+    """Flops of a convolution, and how many of its input, kernel and result are not in the
+    layout of XLA:CPU's library convolution (input and result [b, spatial..., f], kernel
+    [spatial..., i, o]); each becomes a transposing loop kernel of its own.
+    `bench/layout_cost.py`: a 2-D convolution compiled in 116 ms channels-first (NCHW/OIHW),
+    65 ms with only the kernel OIHW, 10.5 ms channels-last.
+
+    dim_numbers prints as [b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]; the kernel's `o` gives
+    the output features the flops divide out.
+    """
+    text = str(op.attributes["dimension_numbers"]) if "dimension_numbers" in op.attributes else ""
+    match = _CONV_DIMS.search(text)
+    kernel_dims, transposes = [], 0
+    if match is not None:
+        lhs_dims, kernel_dims, out_dims = ([s.strip() for s in group.split(",")]
+                                           for group in match.groups())
+        spatial = [str(i) for i in range(len(lhs_dims) - 2)]
+        transposes = ((lhs_dims != ["b", *spatial, "f"]) + (kernel_dims != [*spatial, "i", "o"])
+                      + (out_dims != ["b", *spatial, "f"]))
+    kernel, out = tensor(op.operands[1].type), tensor(op.results[0].type)
+    if kernel is None or out is None or not kernel.shape:
+        return 0.0, transposes
+    out_features = kernel.shape[-1]
+    if "o" in kernel_dims and kernel_dims.index("o") < len(kernel.shape):
+        out_features = kernel.shape[kernel_dims.index("o")]
+    return 2.0 * out.elements * kernel.elements / max(out_features, 1), transposes
+
+
+def dot(op, site) -> None:
+    flops, matrix_vector, transposes = dot_stats(op, site.tensor)
+    site.tally.dot_flops += site.trips * flops
+    site.tally.matrix_vector_dots += matrix_vector
+    site.tally.layout_transposes += transposes
+
+
+def convolution(op, site) -> None:
+    flops, transposes = conv_stats(op, site.tensor)
+    site.tally.conv_flops += site.trips * flops
+    site.tally.layout_transposes += transposes
+
+
+def dot_flops(tensor):
+    """Flops of a dot or convolution op, None for other ops (for `ConstantFolding`)."""
+    def flops(op, name: str) -> float | None:
+        if name in ("dot_general", "dot"):
+            return dot_stats(op, tensor)[0]
+        if name == "convolution":
+            return conv_stats(op, tensor)[0]
+        return None
+
+    return flops

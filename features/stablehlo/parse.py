@@ -1,0 +1,65 @@
+"""StableHLO text to an MLIR module, behind the text guard, and the module's functions."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from ..text_guard import StableHLOParseError, check_module_text
+
+
+@lru_cache(maxsize=1)
+def _context():
+    # jax registers stablehlo, chlo, func, sdy and friends on the context it builds.
+    from jax._src.interpreters import mlir
+
+    return mlir.make_ir_context()
+
+
+def parse_module(text: str):
+    """Parse StableHLO module text; raise `StableHLOParseError` with the parser's message."""
+    from jax._src.lib.mlir import ir
+
+    if not isinstance(text, str) or not text.strip():
+        raise StableHLOParseError("empty StableHLO text")
+    check_module_text(text)
+    ctx = _context()
+    with ctx:
+        try:
+            module = ir.Module.parse(text, context=ctx)
+        except ir.MLIRError as exc:
+            raise StableHLOParseError(_short_message(str(exc))) from None
+        except (ValueError, RuntimeError) as exc:
+            raise StableHLOParseError(_short_message(str(exc))) from None
+    return module
+
+
+def _short_message(message: str) -> str:
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    return " ".join(lines[:4])[:500]
+
+
+def functions(module) -> dict:
+    """The module's `func.func` ops by name, in module order."""
+    from jax._src.lib.mlir import ir
+
+    funcs = {}
+    for view in module.body.operations:
+        op = view.operation
+        if op.name == "func.func":
+            funcs[ir.StringAttr(op.attributes["sym_name"]).value] = op
+    return funcs
+
+
+def entry_function(funcs: dict) -> str:
+    """`main` when there is one, else the first public function, else the first."""
+    from jax._src.lib.mlir import ir
+
+    if not funcs:
+        raise StableHLOParseError("the module holds no func.func")
+    if "main" in funcs:
+        return "main"
+    for name, op in funcs.items():
+        if ("sym_visibility" not in op.attributes
+                or ir.StringAttr(op.attributes["sym_visibility"]).value == "public"):
+            return name
+    return next(iter(funcs))

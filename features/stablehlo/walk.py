@@ -1,0 +1,92 @@
+"""The walk: every op of every function visited once, into that function's `Tally`."""
+
+from __future__ import annotations
+
+from ..categories import FUSIBLE_HLO, HLO_STRUCTURAL
+from .fusion import Fusions, fusion_weight, rank
+from .ops import BRANCHES, HANDLERS, NOT_KERNELS, Callee, Loop, Site, count, short_name
+from .tally import Tally, finish
+from .tensors import cached
+
+
+class Walker:
+    """Tallies each function of a module once; a callee is walked when first called, so
+    a caller's dependency chain can run through it."""
+
+    def __init__(self, funcs: dict) -> None:
+        self.funcs = funcs
+        self.tallies: dict[str, Tally] = {}
+        self.tensor = cached()
+
+    def function(self, name: str) -> Tally:
+        if name not in self.tallies:
+            tally = self.tallies[name] = Tally()  # a recursive call sees it empty
+            for region in self.funcs[name].regions:
+                for block in region.blocks:
+                    tally.chain = max(tally.chain,
+                                      self._block(block, tally, 1.0, 0, sequence="body"))
+            finish(tally)
+        return self.tallies[name]
+
+    def _block(self, block, tally: Tally, trips: float, depth: int,
+               sequence: str | None = None) -> int:
+        """Tally `block`'s ops into `tally`; returns its longest dependency chain (ops).
+
+        `sequence` says the block runs as a sequence of kernels of its own: "body" for a
+        function's body, "region" for a loop body or a branch (None: the block is
+        compiled into its op's kernel, as a reduction's body is).
+        """
+        # Callees and loop bodies are walked here, not in the handlers, so that a chain of
+        # calls costs two Python frames a call, as many as RecursionError allowed before.
+        fusions = Fusions()
+        site = Site(tally, trips, depth, self.tensor)
+        kernels = 0  # unfused ops of this block
+        chain_to: dict = {}  # result value -> longest chain of ops ending in it
+        longest = 0
+        for view in block.operations:
+            op = view.operation
+            full = op.name
+            name = short_name(full)
+            # each access to op.operands / op.results builds new Python objects: once only
+            operands, results = list(op.operands), list(op.results)
+            infos = [self.tensor(result.type) for result in results]
+            fusions.visit(operands, results, name, fusion_weight(name, infos), rank(infos))
+            if full in HLO_STRUCTURAL:
+                continue
+            before = 0
+            for operand in operands:
+                tally.uses[operand] += 1
+                before = max(before, chain_to.get(operand, 0))
+            if name not in FUSIBLE_HLO and name not in NOT_KERNELS:
+                kernels += 1
+            count(tally, name, infos, trips)
+            handler = HANDLERS.get(name)
+            how = None if handler is None else handler(op, site)
+            inner = 0  # chain inside the op's regions or its callee
+            if isinstance(how, Loop):
+                body = max((self._block(inner_block, tally, how.trips, depth + 1, "region")
+                            for region in op.regions[1:] for inner_block in region.blocks),
+                           default=0)
+                cond = max((self._block(inner_block, tally, how.trips, depth + 1, "region")
+                            for inner_block in op.regions[0].blocks), default=0)
+                longest = max(longest, _chain_end(results, chain_to, before + 1 + body + cond))
+                continue
+            if isinstance(how, Callee) and how.name in self.funcs:
+                inner = self.function(how.name).chain
+            branches = "region" if how is BRANCHES else None
+            for region in op.regions:
+                for inner_block in region.blocks:
+                    inner = max(inner, self._block(inner_block, tally, trips, depth, branches))
+            longest = max(longest, _chain_end(results, chain_to, before + 1 + inner))
+        groups = fusions.groups()
+        tally.fusions.extend(groups)
+        if sequence is not None:
+            tally.sequences.append((kernels + len(groups), site.callees, sequence == "body"))
+        return longest
+
+
+def _chain_end(results: list, chain_to: dict, length: int) -> int:
+    """Record that each result ends a chain of `length` ops; returns `length`."""
+    for result in results:
+        chain_to[result] = length
+    return length
