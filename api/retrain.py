@@ -23,10 +23,10 @@ from werkzeug.exceptions import NotFound
 
 from costmodel.features import Placement
 from costmodel.models import load
-from costmodel.training import dataset
-from costmodel.training.fit import select_rows, train
-from costmodel.training.promotion import compare, holdout_split, suspect_rows
-from costmodel.training.publish import save
+from costmodel.training.evaluation.promotion import compare, holdout_split, suspect_rows
+from costmodel.training.fitting.fit import select_rows, train
+from costmodel.training.fitting.publish import save
+from costmodel.training.store import dataset
 
 from .auth import require_token
 from .errors import json_object

@@ -15,7 +15,7 @@ from flask import Blueprint, current_app, url_for
 from werkzeug.exceptions import NotFound
 
 from costmodel.features import ALL_FEATURES, Features
-from costmodel.training import dataset
+from costmodel.training.store import dataset
 
 from .auth import require_token
 from .db import Database

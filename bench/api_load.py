@@ -51,7 +51,7 @@ def _tiny_model(out: Path) -> Path:
     import pandas as pd
 
     from costmodel.features import MODEL_FEATURES
-    from costmodel.training.fit import retrain
+    from costmodel.training.build import retrain
 
     rng = np.random.default_rng(0)
     ops = np.geomspace(10, 5000, 32)

@@ -28,10 +28,10 @@ from tqdm import tqdm
 
 from costmodel.models import load_default
 from costmodel.models.calibration import Calibration
-from costmodel.training import metrics
-from costmodel.training.calibrate import calibrate
-from costmodel.training.fit import features_frame, select_rows
-from costmodel.training.runner import close_zygotes, run_child
+from costmodel.training.evaluation import metrics
+from costmodel.training.fitting.fit import features_frame, select_rows
+from costmodel.training.measure.calibrate import calibrate
+from costmodel.training.measure.runner import close_zygotes, run_child
 
 DATA = Path(__file__).resolve().parents[1] / "training" / "data" / "cpu" / "rows.parquet"
 

@@ -29,8 +29,9 @@ import sys
 import numpy as np
 from tqdm import tqdm
 
-from costmodel.training import dataset, evaluate
-from costmodel.training.fit import model_params, select_rows
+from costmodel.training.evaluation import evaluate
+from costmodel.training.fitting.fit import model_params, select_rows
+from costmodel.training.store import dataset
 
 ROWS = "training/data/cpu/rows.parquet"
 UNSHIPPED = "bench/data/cpu_unshipped_families.parquet"

@@ -26,7 +26,7 @@ import statistics
 import time
 from pathlib import Path
 
-from costmodel.training.child import configure
+from costmodel.training.measure.child import configure
 
 PROGRAMS = (  # (family, params, compile seconds in the shipped CPU rows)
     ("cnn", {"channels": 32, "depth": 2, "grad": False, "image": 16}, 0.05),
@@ -58,8 +58,8 @@ def builder(family: str, params: dict):
 
 def timed(build, place, events, traced: bool) -> dict:
     """One compile, plain or under a PhaseTrace: its seconds and (traced) its phases."""
-    from costmodel.training.harness import compile_once
-    from costmodel.training.phases import PhaseTrace
+    from costmodel.training.measure.harness import compile_once
+    from costmodel.training.measure.phases import PhaseTrace
 
     trace = PhaseTrace() if traced else None
     start = time.perf_counter()
@@ -72,7 +72,7 @@ def timed(build, place, events, traced: bool) -> dict:
 
 
 def summarize(family: str, params: dict, shipped: float, plain: list, traced: list) -> dict:
-    from costmodel.training.phases import PHASES, explained_seconds
+    from costmodel.training.measure.phases import PHASES, explained_seconds
 
     ratios = [t["seconds"] / p["seconds"] for p, t in zip(plain, traced)]
     unexplained = [1 - explained_seconds(t["phases"]) / t["seconds"] for t in traced]
@@ -102,9 +102,9 @@ def main() -> None:
     import jax
 
     jax.config.update("jax_enable_compilation_cache", False)
-    from costmodel.training.harness import CompileEvents, compile_once, placement
-    from costmodel.training.machine import environment
-    from costmodel.training.reference import build_reference
+    from costmodel.training.corpus.reference import build_reference
+    from costmodel.training.measure.harness import CompileEvents, compile_once, placement
+    from costmodel.training.measure.machine import environment
 
     events, place = CompileEvents(), placement("cpu", "")
     compile_once(build_reference, place, events)  # backend start-up outside every timing

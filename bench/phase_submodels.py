@@ -1,6 +1,6 @@
 """Do per-phase sub-models predict compile time better than one model of the whole?
 
-Every traced CPU row (its compile profiled, `training/phases.py`) splits into HLO passes,
+Every traced CPU row (its compile profiled, `training/measure/phases.py`) splits into HLO passes,
 backend and the rest (`phases.part_seconds`). Held out by library on the real programs,
 this compares:
 
@@ -29,10 +29,11 @@ import numpy as np
 import pandas as pd
 
 from costmodel.models.phase_shares import PARTS
-from costmodel.training import dataset, metrics
-from costmodel.training.evaluate import predictions
-from costmodel.training.fit import libraries, select_rows
-from costmodel.training.phases import part_seconds
+from costmodel.training.evaluation import metrics
+from costmodel.training.evaluation.evaluate import predictions
+from costmodel.training.fitting.fit import libraries, select_rows
+from costmodel.training.measure.phases import part_seconds
+from costmodel.training.store import dataset
 
 DATA = Path(__file__).resolve().parents[1] / "training" / "data" / "cpu" / "rows.parquet"
 FLOOR = 0.01  # a part below 1% of the compile is trace noise; a label must be positive

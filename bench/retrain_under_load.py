@@ -247,8 +247,8 @@ def _predict_bodies(shipped) -> list[dict]:
 
 
 def run(args) -> dict:
-    from costmodel.training import dataset
-    from costmodel.training.fit import select_rows
+    from costmodel.training.fitting.fit import select_rows
+    from costmodel.training.store import dataset
 
     shipped = select_rows(dataset.load([SHIPPED]), "cpu")
     newcomers = select_rows(dataset.load([NEWCOMERS]), "cpu")

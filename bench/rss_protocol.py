@@ -61,15 +61,15 @@ MB = 2**20
 
 def second_protocol(family: str, params: dict, warmup: str) -> dict:
     """In this fresh process: warm up, lower, collect garbage, sample the first compile."""
-    from costmodel.training.child import configure
+    from costmodel.training.measure.child import configure
 
     configure({"backend": "cpu"})
     import jax
     import jax.numpy as jnp
 
     jax.config.update("jax_enable_compilation_cache", False)
-    from costmodel.training.harness import CompileEvents, RssSampler, compile_once, placement
-    from costmodel.training.reference import build_reference
+    from costmodel.training.corpus.reference import build_reference
+    from costmodel.training.measure.harness import CompileEvents, RssSampler, compile_once, placement
 
     events, place = CompileEvents(), placement("cpu", "")
     start_rss = RssSampler().rss()
@@ -91,7 +91,7 @@ def second_protocol(family: str, params: dict, warmup: str) -> dict:
 def run_arm(arm: str, family: str, params: dict) -> dict:
     """One fresh process of `arm` for one program: its peak RSS growth (or why none)."""
     if arm.startswith("label"):
-        from costmodel.training.runner import run_child
+        from costmodel.training.measure.runner import run_child
 
         row = run_child({"family": family, "params": params, "max_repeats": 1,
                          "trace_phases": False})
@@ -127,7 +127,7 @@ def main() -> None:
         spec = json.loads(args.child)
         print(json.dumps(second_protocol(spec["family"], spec["params"], spec["warmup"])))
         return
-    from costmodel.training.machine import environment
+    from costmodel.training.measure.machine import environment
 
     programs = []
     started = time.perf_counter()

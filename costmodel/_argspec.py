@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import re
-import sys
-from pathlib import Path
 
 DTYPES = {
     "f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16",
@@ -36,21 +32,12 @@ def parse_arg(spec: str):
 
 def import_module_or_file(where: str):
     """Import `package.module` or a file `path/to/file.py` (run as a fresh module)."""
-    if not where.endswith(".py"):
-        return importlib.import_module(where)
-    path = Path(where)
-    if not path.exists():
-        raise ArgSpecError(f"no such file: {path}")
-    # one module per file: two files of the same name in different folders stay apart
-    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
-    module_name = f"_costmodel_user_{path.stem}_{digest}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return module
+    from costmodel.training.measure import user_modules
+
+    try:
+        return user_modules.import_module_or_file(where)
+    except FileNotFoundError as error:
+        raise ArgSpecError(str(error)) from None
 
 
 def load_function(ref: str):

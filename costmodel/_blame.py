@@ -4,7 +4,7 @@ user's source lines.
 The model predicts compile time (and host memory) as a baseline times a tree correction,
 the baseline a sum of costs: a fixed cost of any compile, a power law in the program's
 size, and added costs (embedded constants, folded constants, ...; see
-`costmodel.training.estimator`). Each part is divided among the source regions that
+`costmodel.training.fitting.estimator`). Each part is divided among the source regions that
 make it up (`costmodel.features.regions`): the size law by each region's marginal cost
 (what the law gives for the whole program minus what it gives without that region, so a
 superlinear law charges big regions more than their op share), an added cost by the

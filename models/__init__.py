@@ -1,5 +1,5 @@
 """Model artifacts: verify, load, the shipped default models (writing them is
-`costmodel.training.publish`)."""
+`costmodel.training.fitting.publish`)."""
 
 from .artifact import Artifact as Artifact
 from .artifact import ArtifactError as ArtifactError

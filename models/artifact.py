@@ -5,7 +5,7 @@ An artifact is a folder holding `model.npz` (see `predictor.Predictor`) and
 model file's sha256 before reading it, and reads it with pickles refused, so no file
 runs code. Artifacts load only from this package's `default/` folder or a path the
 operator names; the HTTP API never accepts one. Writing one is
-`costmodel.training.publish.save`.
+`costmodel.training.fitting.publish.save`.
 """
 
 from __future__ import annotations

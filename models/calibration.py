@@ -1,6 +1,6 @@
 """This machine's calibration, as predictions read it: compile-time scales from a file.
 
-`costmodel calibrate` (`costmodel.training.calibrate`) times the calibration set here and
+`costmodel calibrate` (`costmodel.training.measure.calibrate`) times the calibration set here and
 writes the file (`$COSTMODEL_CALIBRATION`, else `~/.cache/costmodel/calibration.json`):
 one scale per part of the compile (HLO passes, backend, the rest; see `phase_shares`)
 and one overall. Predictions read it here, once per change of the file.

@@ -5,7 +5,7 @@ Machines differ by part, not by one factor: code generation runs on parallel thr
 count matters), HLO passes on one. A per-part calibration (`calibration.Calibration`)
 scales each part by its own factor, weighted by these shares. The shares are a
 multinomial logit in log size counts, fitted on the training rows that carry a
-`jax.profiler` trace of their compile (`costmodel.training.phase_model`).
+`jax.profiler` trace of their compile (`costmodel.training.fitting.phase_model`).
 """
 
 from __future__ import annotations

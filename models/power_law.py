@@ -1,6 +1,6 @@
 """The baseline's formula: a power law in size counts, or a fixed cost plus power laws.
 
-Runtime code (numpy only); fitting the coefficients is `costmodel.training.baseline`.
+Runtime code (numpy only); fitting the coefficients is `costmodel.training.fitting.baseline`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A fitted cost model as plain data: what predicting reads, with no training code.
 
 Each target is modelled in log space as `baseline(size) + trees(features)` (see
-`costmodel.training.estimator`, which fits it). This module holds the fitted numbers
+`costmodel.training.fitting.estimator`, which fits it). This module holds the fitted numbers
 and evaluates them with numpy; `save`/`load` write them as one `.npz` of arrays plus a
 JSON description inside it, loaded with `allow_pickle=False`, so loading a model never
 runs code and does not depend on scikit-learn's version.

@@ -37,10 +37,10 @@ from costmodel.api import create_app
 from costmodel.api.retrain import TRAINING_ROWS_FILE, holdout_split, training_frame
 from costmodel.features import ALL_FEATURES, MODEL_FEATURES, SCHEMA_VERSION
 from costmodel.models import load
-from costmodel.training import dataset
-from costmodel.training.evaluate import holdout_score
-from costmodel.training.fit import select_rows, train
-from costmodel.training.publish import save
+from costmodel.training.evaluation.evaluate import holdout_score
+from costmodel.training.fitting.fit import select_rows, train
+from costmodel.training.fitting.publish import save
+from costmodel.training.store import dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 WITHIN = {"compile_seconds": "within", "peak_rss_bytes": "within",

@@ -1,6 +1,6 @@
 """Helpers for the API tests: a real tiny model, synthetic training data, programs.
 
-Nothing here is faked: the model is trained with `costmodel.training.fit.retrain` on a
+Nothing here is faked: the model is trained with `costmodel.training.build.retrain` on a
 couple dozen exact synthetic rows (the `make_rows` of conftest), which takes about a
 second; with fewer than 20 rows per fold the boosted trees stay out and it is faster.
 """
@@ -19,8 +19,8 @@ import pandas as pd
 from conftest import make_rows
 
 from costmodel.features import SCHEMA_VERSION, from_stablehlo
-from costmodel.training import dataset
-from costmodel.training.fit import retrain
+from costmodel.training.build import retrain
+from costmodel.training.store import dataset
 
 TOKEN = "test-retrain-token-0123456789"
 SAMPLES_TOKEN = "test-samples-token-9876543210"

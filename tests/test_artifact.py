@@ -12,9 +12,9 @@ import pytest
 
 from costmodel.features import MODEL_FEATURES, SCHEMA_VERSION
 from costmodel.models import ArtifactError, default_path, load
-from costmodel.training.dataset import fingerprint
-from costmodel.training.fit import features_frame, train
-from costmodel.training.publish import convert_pickled, save
+from costmodel.training.fitting.fit import features_frame, train
+from costmodel.training.fitting.publish import convert_pickled, save
+from costmodel.training.store.dataset import fingerprint
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ import pytest
 from costmodel.features.environment import cpu_model, host_cpu_count
 from costmodel.models.calibration import Calibration, load_calibration
 from costmodel.models.table import Table
-from costmodel.training.calibrate import calibrate, part_scales, training_set
-from costmodel.training.phase_model import TERMS, fit_phase_shares
-from costmodel.training.phases import part_seconds
+from costmodel.training.fitting.phase_model import TERMS, fit_phase_shares
+from costmodel.training.measure.calibrate import calibrate, part_scales, training_set
+from costmodel.training.measure.phases import part_seconds
 
 # Shares of the five calibration programs on the training machine (hlo, backend, other),
 # as its sweep measured them, and their compile seconds there.
@@ -148,8 +148,8 @@ def test_predictions_scale_by_the_programs_own_factor(tmp_path, monkeypatch):
 
     import costmodel
     from costmodel.models.phase_shares import PhaseShares
-    from costmodel.training.fit import train
-    from costmodel.training.publish import save
+    from costmodel.training.fitting.fit import train
+    from costmodel.training.fitting.publish import save
 
     rows = make_rows(np.geomspace(100, 3000, 60))
     model = train(rows, "cpu", "", max_iter=10, n_folds=2)

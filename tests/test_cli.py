@@ -10,9 +10,10 @@ import pytest
 
 from costmodel import cli
 from costmodel._argspec import ArgSpecError, load_function, parse_arg
+from costmodel.cli.training_commands import shipped_data
 from costmodel.models import default_path, load
 
-SHIPPED_CPU = cli.shipped_data("cpu", "")
+SHIPPED_CPU = shipped_data("cpu", "")
 
 
 def test_parse_arg_specs():
@@ -180,7 +181,7 @@ def test_serve_passes_each_model_for_its_backend(monkeypatch, tmp_path):
 
 # evaluate ------------------------------------------------------------------------
 def test_evaluate_defaults_to_the_shipped_data_and_shows_progress(monkeypatch, capsys):
-    from costmodel.training import evaluate
+    from costmodel.training.evaluation import evaluate
 
     def fake(rows, backend, target, progress, jobs=1):  # the real one takes minutes here
         assert (len(rows), backend, target) == (len(pd.read_parquet(SHIPPED_CPU)), "cpu", "")

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from costmodel.training import dataset, metrics
-from costmodel.training.evaluate import evaluate, folds, holdout_score, markdown_table
-from costmodel.training.fit import holdout_groups, select_rows
+from costmodel.cli.training_commands import shipped_data
+from costmodel.training.evaluation import metrics
+from costmodel.training.evaluation.evaluate import evaluate, folds, holdout_score
+from costmodel.training.evaluation.model_card import markdown_table
+from costmodel.training.fitting.fit import holdout_groups, select_rows
+from costmodel.training.store import dataset
 
 
 def test_fold_errors_are_symmetric_ratios():
@@ -112,9 +114,9 @@ def test_report_shape_and_numbers(synthetic_rows):
 def test_scaling_plot_shows_drift_free_seconds_on_the_shipped_gpu_rows():
     # Raw seconds put a 2-layer transformer forward (6.7 s, swept under load) above a
     # 16-layer one (4.2 s); at the median reference speed depth orders them.
-    from costmodel.training.plots import measured_curves
+    from costmodel.training.evaluation.plots import measured_curves
 
-    data = dataset.load([Path(dataset.__file__).parent / "data/gpu-h100/rows.parquet"])
+    data = dataset.load([shipped_data("gpu", "h100")])
     rows = select_rows(data, "gpu", "h100").reset_index(drop=True)
     part, label = measured_curves(rows)["transformer"]["forward"]
     assert label == "seq=128, width=256"
@@ -153,7 +155,7 @@ def test_interval_residuals_hold_out_libraries_where_rows_have_one(synthetic_row
 
 
 def test_folds_fitted_in_parallel_processes_predict_what_one_process_does(synthetic_rows):
-    from costmodel.training.evaluate import predictions
+    from costmodel.training.evaluation.evaluate import predictions
 
     rows = synthetic_rows(np.geomspace(100, 3000, 40))
     params = {"max_iter": 10, "n_folds": 3}

@@ -9,9 +9,9 @@ from sklearn.exceptions import NotFittedError
 
 from costmodel.models.power_law import baseline_log
 from costmodel.models.predictor import TargetModel
-from costmodel.training.baseline import overhead_power_law, power_law_coef
-from costmodel.training.estimator import CompileCostModel, conformal_bounds, size_bands
-from costmodel.training.fit import features_frame, labels, train
+from costmodel.training.fitting.baseline import overhead_power_law, power_law_coef
+from costmodel.training.fitting.estimator import CompileCostModel, conformal_bounds, size_bands
+from costmodel.training.fitting.fit import features_frame, labels, train
 
 # Small trees keep the suite fast; the behaviour under test does not depend on size.
 FAST = {"max_iter": 30, "n_folds": 3, "learning_rate": 0.2}
@@ -161,7 +161,7 @@ def test_predict_takes_feature_mappings_like_a_frame(quadratic):
 def test_each_backend_fits_its_own_size_terms_and_overrides_keep_the_rest():
     from conftest import make_rows
 
-    from costmodel.training.estimator import ADDED_TERMS, BACKEND_TERMS, BASELINE_TERMS
+    from costmodel.training.fitting.estimator import ADDED_TERMS, BACKEND_TERMS, BASELINE_TERMS
 
     cpu_rows = make_rows(np.linspace(100, 2000, 60))
     gpu_rows = cpu_rows.assign(backend="gpu", target="h100")
@@ -226,7 +226,7 @@ def test_overhead_power_law_follows_the_rows_that_weigh_more():
 
 
 def test_real_programs_weigh_real_weight_times_a_synthetic_row(synthetic_rows):
-    from costmodel.training.fit import row_weights, split_options
+    from costmodel.training.fitting.fit import row_weights, split_options
 
     rows = synthetic_rows(np.geomspace(100, 3000, 40))
     rows["library"] = [""] * 20 + ["flax"] * 20

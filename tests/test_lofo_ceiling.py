@@ -6,8 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from costmodel.training import dataset
-from costmodel.training.fit import select_rows
+from costmodel.training.fitting.fit import select_rows
+from costmodel.training.store import dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 

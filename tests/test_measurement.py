@@ -8,16 +8,17 @@ import jax.numpy as jnp
 import pytest
 
 from costmodel.features import ALL_FEATURES
-from costmodel.training import dataset, phases
-from costmodel.training.harness import (
+from costmodel.training.measure import phases
+from costmodel.training.measure.harness import (
     CacheHitError,
     CompileEvents,
     Placement,
     compile_once,
     optimized_hlo_stats,
 )
-from costmodel.training.runner import run_child
-from costmodel.training.sweep import SweepConfig, run_sweep
+from costmodel.training.measure.runner import run_child
+from costmodel.training.measure.sweep import SweepConfig, run_sweep
+from costmodel.training.store import dataset
 
 TINY = str(Path(__file__).with_name("tiny_family.py"))
 REQUIRED = ("family", "params", "backend", "target", "deviceless", "status", "lower_seconds",
@@ -33,7 +34,7 @@ def _spec(n=2, **extra):
 
 @pytest.fixture(scope="module")
 def measured_row():
-    from costmodel.training.machine import environment
+    from costmodel.training.measure.machine import environment
 
     result = run_child(_spec(3, max_repeats=2))
     return dataset.make_row("tiny_test", {"n": 3}, "cpu", "", result, environment())

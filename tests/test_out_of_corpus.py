@@ -5,12 +5,15 @@ inputs next to its measured compile seconds, so a retrained default model is sco
 on the same programs without compiling them (or installing the libraries).
 """
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from costmodel.models import load_default
-from costmodel.training import outside
+from costmodel.training.evaluation import outside
 
+RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
 BENCHES = {"unseen_programs": ("cpu", ""), "library_programs": ("cpu", ""),
            "unseen_programs_h100": ("gpu", "h100"), "library_programs_h100": ("gpu", "h100")}
 
@@ -18,7 +21,7 @@ BENCHES = {"unseen_programs": ("cpu", ""), "library_programs": ("cpu", ""),
 @pytest.mark.parametrize("bench", BENCHES)
 def test_default_model_predicts_programs_outside_the_corpus(bench):
     backend, target = BENCHES[bench]
-    data = outside.stored_results(backend, target)[bench]
+    data = outside.stored_results(RESULTS, backend, target)[bench]
     artifact = load_default(backend, target)
     scores = outside.score(artifact, data)
     assert scores["n"] >= 17
@@ -31,13 +34,13 @@ def test_default_model_predicts_programs_outside_the_corpus(bench):
 
 
 def test_stored_inputs_of_another_schema_are_refused():
-    data = dict(outside.stored_results("cpu")["unseen_programs"], schema_version=-1)
+    data = dict(outside.stored_results(RESULTS, "cpu")["unseen_programs"], schema_version=-1)
     with pytest.raises(ValueError, match="re-run the bench"):
         outside.score(load_default("cpu"), data)
 
 
 def test_model_card_section_scores_each_bench_of_the_backend():
-    lines = outside.card_section(load_default("gpu", "h100"), "gpu", "h100")
+    lines = outside.card_section(load_default("gpu", "h100"), RESULTS, "gpu", "h100")
     rows = [line for line in lines if line.startswith("| library_programs_h100 |")]
     assert len(rows) == 1
     assert "17 (2 did not lower)" in rows[0]

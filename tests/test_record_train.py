@@ -10,10 +10,13 @@ import pytest
 
 import costmodel
 from costmodel import cli
-from costmodel.training import dataset, metrics
-from costmodel.training.fit import retrain, train
+from costmodel.cli.training_commands import shipped_data
+from costmodel.training.build import retrain
+from costmodel.training.evaluation import metrics
+from costmodel.training.fitting.fit import train
+from costmodel.training.store import dataset
 
-SHIPPED_CPU = cli.shipped_data("cpu", "")
+SHIPPED_CPU = shipped_data("cpu", "")
 FAMILIES = ("loop", "mlp", "while_loop")  # a slice of the shipped rows to train beside ours
 # Small estimator settings: plain least-squares power laws (the shipped fixed-cost form is
 # a nonlinear fit, 20 s on these 41 rows) and few trees.

@@ -6,7 +6,7 @@ import pandas as pd
 
 from costmodel.features import extract
 from costmodel.training import corpus
-from costmodel.training.reextract import reextract
+from costmodel.training.measure.reextract import reextract
 
 PARAMS = {"body": 1, "steps": 3, "style": "unrolled", "unroll": 1, "width": 16}
 

@@ -9,8 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from costmodel.training import dataset
-from costmodel.training.sweep import SweepConfig, plan
+from costmodel.training.measure.sweep import SweepConfig, plan
+from costmodel.training.store import dataset
 
 TINY = str(Path(__file__).with_name("tiny_family.py"))
 LIMIT = 3  # of the tiny family's 4 programs

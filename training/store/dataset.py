@@ -16,8 +16,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from .phases import SECONDS_COLUMNS
-
 FEATURE_PREFIX = "f_"
 LABELS = ("compile_seconds", "peak_rss_bytes", "executable_memory_bytes")
 STATUSES = ("ok", "timeout", "oom", "error", "cache_hit")
@@ -132,7 +130,8 @@ def load(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> pd.DataFrame
         return pd.DataFrame(columns=["key", "row_id", "status"])
     data = pd.concat(frames, ignore_index=True, sort=False)
     # phases are absent in older rows, and a shard whose phases are all missing reads as object
-    data = data.astype({name: float for name in SECONDS_COLUMNS if name in data})
+    data = data.astype({name: float for name in data
+                        if name.startswith("phase_") and name.endswith("_seconds")})
     data = _with_missing_values(data)
     return data.drop_duplicates("row_id", keep="first").reset_index(drop=True)
 

@@ -47,8 +47,8 @@ def save(estimator: Any, path: str | os.PathLike, *, backend: str, target: str,
     """
     import sklearn
 
-    from .calibrate import training_set
-    from .dataset import fingerprint
+    from ..measure.calibrate import training_set
+    from ..store.dataset import fingerprint
 
     predictor = as_predictor(estimator)
     path = Path(path)

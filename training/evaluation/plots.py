@@ -18,8 +18,8 @@ import pandas as pd
 
 from costmodel.features import Placement
 
-from .estimator import LOG_OFFSETS, TARGETS
-from .fit import features_frame, normalized_seconds
+from ..fitting.estimator import LOG_OFFSETS, TARGETS
+from ..fitting.fit import features_frame, normalized_seconds
 
 UNITS = {"compile_seconds": "s", "peak_rss_bytes": "bytes", "executable_memory_bytes": "bytes"}
 # (family, knob on the x axis, parameter that tells the curves apart)
@@ -192,17 +192,3 @@ def write_all(preds: pd.DataFrame, rows: pd.DataFrame, estimator, folder: Path,
     return [predicted_vs_measured(preds, folder / f"predicted_vs_measured_{label}.png", label),
             error_by_family(preds, folder / f"error_by_family_{label}.png"),
             scaling_curves(rows, preds, estimator, folder / f"scaling_{label}.png")]
-
-
-def write_plots(data: pd.DataFrame, backend: str, target: str, folder: Path) -> list[Path]:
-    """Evaluate and train on `data` for one backend/target, then write every plot.
-
-    Costs a full evaluation; with an evaluation at hand use `write_all` directly.
-    """
-    from .evaluate import run_evaluation
-    from .fit import select_rows, train
-
-    rows = select_rows(data, backend, target)
-    result = run_evaluation(rows, backend, target)
-    return write_all(result.predictions, rows, train(rows, backend, target), folder)
-

@@ -11,15 +11,16 @@ from pathlib import Path
 from costmodel.features.environment import cpu_model, host_cpu_count
 
 # Files whose content defines how a compile is measured; their hash versions the rows.
-_HARNESS_FILES = ("harness.py", "reference.py", "child.py", "runner.py", "gpu_target.py",
-                  "phases.py")
+# (paths under training/, in the order they were always hashed)
+_HARNESS_FILES = ("measure/harness.py", "corpus/reference.py", "measure/child.py",
+                  "measure/runner.py", "measure/gpu_target.py", "measure/phases.py")
 
 
 @lru_cache(maxsize=1)
 def harness_version() -> str:
     """Short sha256 over the measurement code, so rows from a changed harness are told apart."""
     digest = hashlib.sha256()
-    here = Path(__file__).parent
+    here = Path(__file__).parents[1]
     for name in _HARNESS_FILES:
         path = here / name
         if path.exists():

@@ -1,14 +1,12 @@
-"""Fitting the cost model to dataset rows: labels, drift normalization, train, retrain.
+"""Fitting the cost model to dataset rows: labels, drift normalization, train.
 
 The estimator itself (`CompileCostModel`) lives in `estimator.py`, its baselines in
-`baseline.py`.
+`baseline.py`; `training/build.py` trains, evaluates and saves a model in one call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -16,8 +14,8 @@ import pandas as pd
 
 from costmodel.features import MODEL_FEATURES
 
+from ..store.dataset import FEATURE_PREFIX
 from .baseline import drift_power
-from .dataset import FEATURE_PREFIX
 from .estimator import (
     BACKEND_TERMS,
     DRIFT_TERMS,
@@ -29,7 +27,7 @@ from .estimator import (
 from .phase_model import fit_phase_shares
 
 if TYPE_CHECKING:
-    from costmodel.models import Artifact
+    pass
 
 # Fewest rows with a label that a target is fitted on (a power law needs two points).
 # Recorded compiles and stored samples often lack some labels: each target trains on the
@@ -173,48 +171,3 @@ def train(data: pd.DataFrame, backend: str, target: str = "", **params) -> Compi
               sample_weight=row_weights(libraries(rows), **options))
     model.predictor_ = replace(model.predictor_, phase_shares=fit_phase_shares(rows))
     return model
-
-
-def retrain(data: pd.DataFrame, backend: str, target: str, out: Path, name: str,
-            params: dict | None = None) -> Artifact:
-    """Fit, evaluate (leave-one-family-out) and save an artifact at `out`, in minutes.
-
-    `params` override `CompileCostModel` arguments (e.g. `max_iter`) for both.
-    """
-    from .evaluate import evaluate
-    from .publish import save
-
-    rows = select_rows(data, backend, target)
-    estimator = train(rows, backend, target, **(params or {}))
-    metrics = evaluate(rows, backend, target, splits=("leave_family_out",),
-                       models=("costmodel",), params=params)
-    return save(estimator, out, backend=backend, target=target, data=rows, metrics=metrics,
-                name=name)
-
-
-def build_default(data_paths: Sequence[str | Path], backend: str = "cpu", target: str = "",
-                  out: Path | None = None, jobs: int = 1) -> Artifact:
-    """Train on the named data, evaluate, and write the shipped model with plots and card.
-
-    Writes to `costmodel.models.default_path(backend, target)` unless `out` is given;
-    `jobs` processes fit the evaluation's folds.
-
-    Example:
-        >>> build_default(["training/data/cpu/rows.parquet"], "cpu")
-    """
-    from costmodel.models import default_path
-
-    from . import dataset, plots
-    from .evaluate import run_evaluation, write_card
-    from .publish import save
-
-    rows = select_rows(dataset.load(list(data_paths)), backend, target)
-    out = Path(out) if out is not None else default_path(backend, target)
-    result = run_evaluation(rows, backend, target, jobs=jobs)
-    estimator = train(rows, backend, target)
-    artifact = save(estimator, out, backend=backend, target=target, data=rows,
-                    metrics=result.report, name=f"costmodel-{out.name}")
-    figures = plots.write_all(result.predictions, rows, estimator, out)
-    write_card(out / "MODEL_CARD.md", artifact.manifest, result.report, rows, figures,
-               artifact)
-    return artifact

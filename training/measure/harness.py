@@ -105,7 +105,7 @@ class Placement:
         """(traced, lowered) of a corpus program, in the x64 mode its family needs."""
         import jax
 
-        from . import corpus
+        from .. import corpus
 
         spec = corpus.get_family(family)
         jax.config.update("jax_enable_x64", bool(spec.x64))
@@ -215,7 +215,7 @@ def measure(build, backend: str = "cpu", target: str = "", max_repeats: int = 3,
     """
     from costmodel.features import from_lowered
 
-    from .reference import build_reference
+    from ..corpus.reference import build_reference
 
     events = CompileEvents()
     place = placement(backend, target)

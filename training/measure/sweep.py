@@ -20,7 +20,7 @@ from pathlib import Path
 
 from costmodel.features import Placement
 
-from . import dataset
+from ..store import dataset
 from .machine import environment
 from .runner import DEFAULT_MEMORY_LIMIT, DEFAULT_TIMEOUT, run_child
 
@@ -67,11 +67,11 @@ def plan(config: SweepConfig) -> tuple[list[tuple[str, dict]], int]:
     drift spreads over families; `limit` keeps the first N of that order. Rerunning the
     same command therefore resumes the same N programs instead of adding N more.
     """
-    from costmodel._argspec import import_module_or_file
+    from .user_modules import import_module_or_file
 
     for module in config.modules:
         import_module_or_file(module)
-    from . import corpus
+    from .. import corpus
 
     programs = corpus.programs(config.families)
     random.Random(config.seed).shuffle(programs)

@@ -5,7 +5,7 @@ row's program is rebuilt from its family and params and lowered again (never com
 for the same backend and target, through the extractor the sweep uses. Rows whose family
 is unknown here, or whose program no longer lowers, are reported and left out.
 
-    python -m costmodel.training.reextract training/data/gpu-h100/rows.parquet [--out P]
+    python -m costmodel.training.measure.reextract training/data/gpu-h100/rows.parquet [--out P]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def reextract(data: pd.DataFrame, progress: bool = True) -> tuple[pd.DataFrame, 
     """`data` with every feature column recomputed, and the keys of rows left out (why)."""
     from tqdm import tqdm
 
-    from .dataset import feature_cells
+    from ..store.dataset import feature_cells
     from .harness import placement
 
     places, updated, dropped = {}, [], []

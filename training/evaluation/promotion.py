@@ -24,8 +24,8 @@ import pandas as pd
 
 from costmodel.models.predictor import as_predictor
 
-from .estimator import CompileCostModel, to_log
-from .fit import features_frame, train
+from ..fitting.estimator import CompileCostModel, to_log
+from ..fitting.fit import features_frame, train
 
 # Modified z-score past which a residual is an outlier (Iglewicz and Hoaglin's 3.5).
 OUTLIER_Z = 3.5

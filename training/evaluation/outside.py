@@ -3,7 +3,9 @@
 `bench/unseen_programs.py` and `bench/library_programs.py` time programs that no corpus
 family builds and keep each one's model inputs next to its measured seconds. Any model
 for the same backend, target and feature schema can be scored on them again without
-compiling: tests do so for the shipped models, and model cards report it.
+compiling: tests do so for the shipped models, and model cards report it. The results
+folder is always named by the caller (`bench/results` in a source checkout; an installed
+package has no benches).
 """
 
 from __future__ import annotations
@@ -17,14 +19,12 @@ from costmodel.features import SCHEMA_VERSION
 
 from . import metrics
 
-# Beside the package in a source checkout; an installed wheel has no benches.
-RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
 
-
-def stored_results(backend: str, target: str = "") -> dict[str, dict]:
-    """Bench result files measured for (backend, target), by file stem, with model inputs."""
+def stored_results(folder: Path, backend: str, target: str = "") -> dict[str, dict]:
+    """Bench result files in `folder` measured for (backend, target), by file stem, with
+    model inputs."""
     found = {}
-    for path in sorted(RESULTS.glob("*.json")):
+    for path in sorted(Path(folder).glob("*.json")):
         data = json.loads(path.read_text())
         if not isinstance(data, dict):  # other benches' results
             continue
@@ -58,9 +58,10 @@ def score(artifact, data: dict) -> dict:
             "skipped": len(data.get("skipped", {}))}
 
 
-def card_section(artifact, backend: str, target: str = "") -> list[str]:
-    """Markdown lines for a model card: this model on each stored bench (none: no lines)."""
-    results = {name: data for name, data in stored_results(backend, target).items()
+def card_section(artifact, folder: Path, backend: str, target: str = "") -> list[str]:
+    """Markdown lines for a model card: this model on each bench stored in `folder` (none:
+    no lines)."""
+    results = {name: data for name, data in stored_results(folder, backend, target).items()
                if data["schema_version"] == SCHEMA_VERSION}
     if not results:
         return []

@@ -33,7 +33,7 @@ from costmodel.features.environment import cpu_model, host_cpu_count
 from costmodel.models.calibration import calibration_path
 from costmodel.models.phase_shares import PARTS
 
-from .corpus.calibration import FAMILY, PROGRAMS
+from ..corpus.calibration import FAMILY, PROGRAMS
 from .phases import part_seconds
 
 TIMEOUT_SECONDS = 300.0

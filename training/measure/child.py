@@ -1,4 +1,4 @@
-"""The measurement process: `python -m costmodel.training.child` reads one JSON spec on
+"""The measurement process: `python -m costmodel.training.measure.child` reads one JSON spec on
 stdin, measures, and prints one result line prefixed with `RESULT_PREFIX`.
 
 It runs in a fresh interpreter so peak-RSS growth and first-compile costs are real.
@@ -30,7 +30,7 @@ def run(spec: dict) -> dict:
     import jax
 
     jax.config.update("jax_enable_compilation_cache", False)
-    from costmodel._argspec import import_module_or_file
+    from .user_modules import import_module_or_file
 
     for module in spec.get("modules", ()):
         import_module_or_file(module)  # lets users' own corpus families register

@@ -5,7 +5,7 @@ Faults are data: a process over its time limit is killed and recorded as `timeou
 whose RSS passes the memory limit (or that the kernel kills) as `oom`; one that dies
 otherwise as `error` with what it said last. Processes come from a per-thread zygote
 (`zygote.py`, jax pre-imported, one fork per program) or, with `use_zygote=False`, from
-a plain `python -m costmodel.training.child`.
+a plain `python -m costmodel.training.measure.child`.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class _Zygote:
 
     def __init__(self, backend: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "costmodel.training.zygote", backend],
+            [sys.executable, "-m", "costmodel.training.measure.zygote", backend],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             text=True, bufsize=1)
 
@@ -151,7 +151,7 @@ def _run_forked(spec: dict, timeout: float, memory_limit: int):
 
 def _run_subprocess(spec: dict, timeout: float, memory_limit: int):
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "costmodel.training.child"],
+        proc = subprocess.Popen([sys.executable, "-m", "costmodel.training.measure.child"],
                                 stdin=subprocess.PIPE, stdout=out, stderr=err, text=True,
                                 start_new_session=True)
         proc.stdin.write(json.dumps(spec))

@@ -23,7 +23,7 @@ def target_file(target: str) -> Path:
     candidates = []
     if os.environ.get("COSTMODEL_GPU_TARGETS"):
         candidates.append(Path(os.environ["COSTMODEL_GPU_TARGETS"]))
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     candidates += [repo.parent / "shared" / "gpu_targets", repo / "shared" / "gpu_targets"]
     for folder in candidates:
         path = folder / TARGET_FILES[target]

@@ -59,7 +59,7 @@ def render(datasets: dict[str, pd.DataFrame], notes: str = "") -> str:
         "# Dataset card: measured XLA compiles",
         "",
         f"Generated {datetime.utcnow().strftime('%Y-%m-%d %H:%M')} UTC by "
-        "`costmodel.training.card`.",
+        "`costmodel.training.store.card`.",
         "",
         "## Where and with what",
         f"- Machine: {env.get('cpu_model')} × {env.get('cpu_count')} cores "

@@ -1,0 +1,162 @@
+"""The `costmodel` command: demo, predict, advise, sweep, train, evaluate, calibrate, serve."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .common import Parser, UsageError, count, port, positive, seconds, shipped_models
+from .program_commands import cmd_advise, cmd_blame, cmd_demo, cmd_predict, cmd_profile
+from .serve_commands import cmd_serve
+from .training_commands import (
+    cmd_calibrate,
+    cmd_convert_model,
+    cmd_evaluate,
+    cmd_export,
+    cmd_sweep,
+    cmd_train,
+)
+
+
+def _gpu_targets_help(targets) -> str:
+    return f"GPU target, implies --backend gpu: {', '.join(targets)}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from costmodel.features.environment import KNOWN_TARGETS
+
+    parser = Parser(prog="costmodel", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name, func, help_text):
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.set_defaults(func=func)
+        return p
+
+    def measuring_target(p):  # any target costmodel can compile for
+        p.add_argument("--backend", default=None, choices=["cpu", "gpu"],
+                       help="backend (default: gpu with --target, else cpu)")
+        p.add_argument("--target", default=None, help=_gpu_targets_help(KNOWN_TARGETS["gpu"]))
+
+    p = add("demo", cmd_demo, "predict, advise and compile a few example programs")
+    p.add_argument("--no-compile", action="store_true", help="predict only")
+    p.add_argument("--budget", type=seconds, default=1.0, help="compile budget in seconds")
+
+    shipped_gpu = [t for b, t in shipped_models() if b == "gpu"]
+    for name, func, help_text in (("predict", cmd_predict, "predict compile time and memory"),
+                                  ("advise", cmd_advise, "should I split this jit?"),
+                                  ("blame", cmd_blame,
+                                   "which source lines make the compile slow?")):
+        p = add(name, func, help_text)
+        p.add_argument("function", help="FILE.py:FUNC or module:FUNC (modules in the "
+                                        "current folder are found)")
+        p.add_argument("--arg", action="append", default=[],
+                       help="an argument as DTYPE[dims], e.g. f32[1024,1024]; repeat per arg")
+        p.add_argument("--backend", default=None, choices=["cpu", "gpu"],
+                       help="backend (default: the --model's, gpu with --target, else JAX's "
+                            "default here)")
+        p.add_argument("--target", default=None,
+                       help=_gpu_targets_help(shipped_gpu) + " (others need --model)")
+        p.add_argument("--model", default=None,
+                       help="model folder written by `costmodel train --out` (default: the "
+                            "shipped model)")
+        if name == "predict":
+            p.add_argument("--explain", action="store_true", help="features driving it")
+        elif name == "advise":
+            p.add_argument("--budget", type=seconds, default=10.0, help="budget in seconds")
+        else:
+            p.add_argument("--top", type=count, default=10, help="regions to print")
+            p.add_argument("--html", default=None, help="write an icicle chart page here")
+            p.add_argument("--trace", default=None,
+                           help="write Chrome trace-event JSON here (Perfetto opens it)")
+
+    p = add("profile", cmd_profile,
+            "compile once under a profiler: where the time went, beside the prediction")
+    p.add_argument("function", help="FILE.py:FUNC or module:FUNC")
+    p.add_argument("--arg", action="append", default=[],
+                   help="an argument as DTYPE[dims], e.g. f32[1024,1024]; repeat per arg")
+    p.add_argument("--html", default=None, help="write an icicle chart page here")
+
+    p = add("sweep", cmd_sweep, "measure real compiles of the program corpus (resumable)")
+    measuring_target(p)
+    p.add_argument("--families", nargs="*", help="families to measure (default: all)")
+    p.add_argument("--out", required=True, help="folder of JSON-lines shards")
+    p.add_argument("--budget-minutes", type=positive, default=None,
+                   help="stop starting programs after this many minutes")
+    p.add_argument("--workers", type=count, default=1,
+                   help="concurrent measurements (1 keeps timings clean on 2 cores)")
+    p.add_argument("--timeout", type=seconds, default=300.0, help="seconds per program")
+    p.add_argument("--memory-limit-gb", type=positive, default=12.0,
+                   help="a measurement past this RSS is killed and recorded as oom")
+    p.add_argument("--limit", type=count, default=None,
+                   help="the sweep's first N programs (of its fixed order); rerunning "
+                        "resumes them")
+    p.add_argument("--module", action="append", default=[],
+                   help="import this module first (registers your own families)")
+    p.add_argument("--dask", default=None, help="dask.distributed scheduler address")
+    p.add_argument("--retry-errors", action="store_true", help="re-measure error rows")
+
+    p = add("train", cmd_train, "fit a model from dataset files and write an artifact")
+    p.add_argument("--data", nargs="+", required=True,
+                   help="dataset files or folders (sweeps, `costmodel.record` files)")
+    p.add_argument("--out", required=True, help="artifact folder, e.g. models/mine")
+    p.add_argument("--name", default=None, help="model name (default: the --out folder's)")
+    measuring_target(p)
+
+    p = add("evaluate", cmd_evaluate, "leave-one-family-out, leave-one-library-out and "
+                                      "extrapolation evaluation")
+    p.add_argument("--data", nargs="+", default=None,
+                   help="dataset files or folders (default: the shipped data of the backend "
+                        "and target)")
+    p.add_argument("--plots", default=None, help="folder for PNG plots")
+    p.add_argument("--jobs", type=count, default=1,
+                   help="processes fitting folds side by side (each one thread)")
+    measuring_target(p)
+
+    add("calibrate", cmd_calibrate, "measure this machine's speed against the model's")
+
+    p = add("serve", cmd_serve, "run the HTTP API under gunicorn")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind")
+    p.add_argument("--port", type=port, default=8000, help="TCP port (0: any free one)")
+    p.add_argument("--workers", type=count, default=2, help="gunicorn worker processes")
+    p.add_argument("--threads", type=count, default=None,
+                   help="request threads per worker, 64 when unset (a half-sent request "
+                        "holds one)")
+    p.add_argument("--read-timeout", type=seconds, default=None,
+                   help="seconds a request may take to arrive before it gets 408, 10 when unset")
+    p.add_argument("--model", action="append", default=[],
+                   help="serve this model folder for the backend and target it was trained "
+                        "for, instead of the shipped one; repeat per model")
+
+    p = add("export", cmd_export, "compact dataset shards into one parquet file")
+    p.add_argument("--data", nargs="+", required=True, help="dataset files or folders")
+    p.add_argument("--out", required=True, help="parquet file to write")
+    p = add("convert-model", cmd_convert_model,
+            "rewrite a model artifact saved as a pickle (estimator.joblib) as plain data")
+    p.add_argument("path", help="the artifact's folder")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from costmodel._argspec import ArgSpecError
+    from costmodel._extras import missing_extra
+    from costmodel.features import StableHLOParseError, UnknownTargetError
+    from costmodel.models import ArtifactError
+
+    try:
+        return args.func(args)
+    except (UsageError, ArgSpecError, UnknownTargetError, StableHLOParseError, ArtifactError,
+            FileNotFoundError) as exc:
+        message = " ".join(str(exc).split())  # one line, whatever the message held
+        print(f"costmodel {args.command}: {message}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        extra = missing_extra(exc)
+        if extra is None:
+            raise
+        print(f"costmodel {args.command}: needs the {extra!r} extra ({exc.name} is not "
+              f"installed): pip install 'costmodel[{extra}]'", file=sys.stderr)
+        return 2
+

@@ -1,0 +1,165 @@
+"""What every command shares: usage errors, argument checks, output, finding the program."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import math
+import os
+import sys
+
+from costmodel.features import Placement
+
+
+class UsageError(Exception):
+    """A wrong use of the command line: reported as one line on stderr, exit status 2."""
+
+
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends each option's default, unless it is required or its help already says
+    the default in words."""
+
+    def _get_help_string(self, action) -> str:
+        if action.required or "(default:" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """Shows defaults in every `--help`; a wrong argument is one line, not the usage."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _checked(kind: type, accept, what: str):
+    """An argparse type: `kind(text)`, finite and accepted (nan, inf and -1 are refused)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value) or not accept(value):
+            raise argparse.ArgumentTypeError(f"must be {what}, not {text!r}")
+        return value
+    return parse
+
+
+seconds = _checked(float, lambda v: v > 0, "a positive number of seconds")
+positive = _checked(float, lambda v: v > 0, "a positive number")
+count = _checked(int, lambda v: v >= 1, "a whole number >= 1")
+port = _checked(int, lambda v: 0 <= v <= 65535, "a port number, 0-65535")
+
+
+def emit(data, as_json: bool, text: str = "") -> None:
+    print(json.dumps(data, indent=2, default=str) if as_json else text)
+
+
+# where programs and models come from ----------------------------------------------
+def where_label(backend: str, target: str) -> str:
+    return Placement(backend, target).where
+
+
+def shipped_models() -> list[tuple[str, str]]:
+    """(backend, target) of every model that ships with costmodel."""
+    from costmodel.features.environment import KNOWN_TARGETS
+    from costmodel.models import default_path
+
+    return [(b, t) for b, targets in KNOWN_TARGETS.items() for t in targets
+            if (default_path(b, t) / "manifest.json").is_file()]
+
+
+def backend_and_target(backend: str | None, target: str | None) -> tuple[str, str]:
+    """Validated (backend, target): a target alone means the GPU backend."""
+    from costmodel.features import normalize_target
+
+    if target and backend == "cpu":
+        raise UsageError(f"--target {target} is a GPU target: use it with --backend gpu "
+                         "(CPU models have no target)")
+    return normalize_target(backend or ("gpu" if target else "cpu"), target)
+
+
+def model_placement(args) -> tuple[str | None, str | None]:
+    """(backend, target) for predict and advise: as asked, else the --model's own; without
+    --model, one that has a shipped model (None, None: the local default backend)."""
+    from .._predict import load_model
+
+    if args.model:
+        artifact = load_model(args.model)
+        if args.backend is None and args.target is None:
+            return artifact.backend, artifact.target
+        asked = backend_and_target(args.backend, args.target)
+        if asked != (artifact.backend, artifact.target):
+            raise UsageError(f"--model {args.model} predicts for "
+                             f"{where_label(artifact.backend, artifact.target)}, not {where_label(*asked)}")
+        return asked
+    if args.backend is None and args.target is None:
+        return None, None
+    asked = backend_and_target(args.backend, args.target)
+    shipped = shipped_models()
+    if asked not in shipped:
+        raise UsageError(
+            f"no model ships for {where_label(*asked)} (shipped: "
+            f"{', '.join(where_label(*s) for s in shipped)}); measure it with `costmodel sweep "
+            f"--backend {asked[0]} --target {asked[1]}`, `costmodel train`, then pass --model")
+    return asked
+
+
+def import_user_module(where: str):
+    from .._argspec import import_module_or_file
+
+    if os.getcwd() not in sys.path:  # `cli_prog:fn` finds ./cli_prog.py, as `python -m` does
+        sys.path.insert(0, os.getcwd())
+    try:
+        return import_module_or_file(where)
+    except (ImportError, SyntaxError) as exc:
+        raise UsageError(f"cannot import {where!r}: {exc}") from None
+
+
+def _function(ref: str):
+    from .._argspec import load_function
+
+    if ":" in ref:
+        import_user_module(ref.rpartition(":")[0])
+    fn = load_function(ref)
+    if not callable(fn):
+        raise UsageError(f"{ref} is a {type(fn).__name__}, not a function")
+    return fn
+
+
+def _check_arguments(fn, ref: str, shapes: list) -> None:
+    """The --args must fit the function's positional parameters."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # no signature to check (a builtin): tracing will tell
+        return
+    try:
+        signature.bind(*shapes)
+    except TypeError as exc:
+        raise UsageError(f"{ref}{signature} cannot take {len(shapes)} --arg: {exc}") from None
+
+
+def program_of(args):
+    from .._argspec import parse_arg
+
+    fn = _function(args.function)
+    shapes = [parse_arg(a) for a in args.arg]
+    _check_arguments(fn, args.function, shapes)
+    return fn, shapes
+
+
+def traced(call):
+    """Run `call()`; a program that does not trace with the given --args is a wrong use."""
+    try:
+        return call()
+    except TypeError as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UsageError(f"the function does not trace with these --args: {first}") from None
+
+
+# commands ---------------------------------------------------------------------------

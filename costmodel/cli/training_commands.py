@@ -1,0 +1,133 @@
+"""Commands that measure, train and evaluate: sweep, train, evaluate, calibrate, export,
+convert-model."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from costmodel.features import Placement
+
+from .common import UsageError, backend_and_target, emit, import_user_module, where_label
+
+
+def cmd_sweep(args) -> int:
+    from costmodel.training.measure.sweep import SweepConfig, run_sweep
+
+    backend, target = backend_and_target(args.backend, args.target)
+    for module in args.module:
+        import_user_module(module)
+    config = SweepConfig(
+        backend=backend, target=target,
+        families=tuple(args.families) if args.families else None, out=args.out,
+        budget_minutes=args.budget_minutes, workers=args.workers, timeout=args.timeout,
+        memory_limit=int(args.memory_limit_gb * 2**30), limit=args.limit,
+        modules=tuple(args.module), dask_address=args.dask, retry_errors=args.retry_errors,
+        progress=not args.json)
+    summary = run_sweep(config)
+    data = {"planned": summary.planned, "skipped": summary.skipped,
+            "measured": summary.measured, "statuses": dict(summary.statuses),
+            "seconds": round(summary.seconds, 1), "shard": summary.shard,
+            "stopped_by_budget": summary.stopped_by_budget}
+    emit(data, args.json, " ".join(f"{k}={v}" for k, v in data.items()))
+    return 0
+
+
+def cmd_train(args) -> int:
+    from costmodel.training.build import retrain
+    from costmodel.training.fitting.fit import MIN_LABELLED_ROWS, select_rows, untrainable_targets
+    from costmodel.training.store import dataset
+
+    backend, target = backend_and_target(args.backend, args.target)
+    data = dataset.load(args.data)
+    left_out = untrainable_targets(select_rows(data, backend, target))
+    try:
+        artifact = retrain(data, backend, target, Path(args.out),
+                           name=args.name or Path(args.out).name)
+    except ValueError as exc:  # no rows for this backend, or none with a compile time
+        raise UsageError(f"cannot train on {' '.join(args.data)}: {exc}") from None
+    text = (f"wrote {artifact.path} (version {artifact.version}, "
+            f"{(artifact.manifest.get('training_data') or {}).get('rows')} rows)")
+    text += "".join(f"; not trained: {name} ({n} rows with that label, need "
+                    f"{MIN_LABELLED_ROWS}), predicted as NaN" for name, n in left_out.items())
+    emit({**artifact.manifest, "not_trained": left_out}, args.json, text)
+    return 0
+
+
+def shipped_data(backend: str, target: str) -> Path:
+    """The dataset the shipped model for (backend, target) was trained on."""
+    import costmodel.training
+
+    label = Placement(backend, target).label
+    return Path(costmodel.training.__file__).parent / "data" / label / "rows.parquet"
+
+
+def cmd_evaluate(args) -> int:
+    from tqdm import tqdm
+
+    from costmodel.training.evaluation.evaluate import SPLITS, folds, run_evaluation
+    from costmodel.training.fitting.fit import select_rows, train
+    from costmodel.training.store import dataset
+
+    backend, target = backend_and_target(args.backend, args.target)
+    paths = args.data or [shipped_data(backend, target)]
+    rows = select_rows(dataset.load(paths), backend, target)
+    if len(rows) == 0:
+        raise UsageError(f"no ok rows for {where_label(backend, target)} in {', '.join(map(str, paths))}")
+    total = sum(len(folds(rows, split)) for split in SPLITS) + bool(args.plots)
+    with tqdm(total=total, unit="fold", desc=f"evaluate {where_label(backend, target)}") as bar:
+        def done(fold: str) -> None:
+            bar.set_postfix_str(fold, refresh=False)
+            bar.update()
+
+        result = run_evaluation(rows, backend, target, progress=done, jobs=args.jobs)
+        if args.plots:  # plots reuse the held-out predictions of the evaluation just run
+            from costmodel.training.evaluation.plots import write_all
+
+            write_all(result.predictions, rows, train(rows, backend, target), Path(args.plots))
+            done("plots")
+    emit(result.report, args.json, json.dumps(result.report, indent=2))
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    from tqdm import tqdm
+
+    from costmodel.training.corpus.calibration import PROGRAMS
+    from costmodel.training.measure.calibrate import calibrate
+
+    with tqdm(total=len(PROGRAMS), desc="calibrate", unit="program", file=sys.stderr,
+              disable=args.json) as bar:
+        def progress(program: str) -> None:
+            bar.set_postfix_str(program)
+            bar.update(1)
+
+        result = calibrate(progress=progress)
+    parts = result.get("part_scales")
+    detail = (" (" + ", ".join(f"{k} x{v:.2f}" for k, v in parts.items()) + ")") if parts else ""
+    emit(result, args.json, f"calibration scale {result['scale']:.3f}{detail} saved to "
+                             f"{result.get('path')}")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from costmodel.training.store import dataset
+
+    data = dataset.load(args.data)
+    path = dataset.export_parquet(data, args.out)
+    emit({"rows": len(data), "path": str(path)}, args.json, f"{len(data)} rows -> {path}")
+    return 0
+
+
+def cmd_convert_model(args) -> int:
+    from costmodel.training.fitting.publish import convert_pickled
+
+    artifact = convert_pickled(args.path)
+    emit({"path": str(artifact.path), "version": artifact.version,
+           "sha256": artifact.manifest["sha256"]}, args.json,
+          f"{artifact.path}: {artifact.version} is now plain data (model.npz)")
+    return 0
+
+
+# the parser -------------------------------------------------------------------------

@@ -1,0 +1,57 @@
+"""One call from dataset rows to a saved model: train, evaluate, save (and for the shipped
+defaults, plots and the model card). It sits above the rooms it joins."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from costmodel.models import Artifact, default_path
+
+from .evaluation import plots
+from .evaluation.evaluate import evaluate, run_evaluation
+from .evaluation.model_card import write_card
+from .fitting.fit import select_rows, train
+from .fitting.publish import save
+from .store import dataset
+
+
+def retrain(data: pd.DataFrame, backend: str, target: str, out: Path, name: str,
+            params: dict | None = None) -> Artifact:
+    """Fit, evaluate (leave-one-family-out) and save an artifact at `out`, in minutes.
+
+    `params` override `CompileCostModel` arguments (e.g. `max_iter`) for both.
+    """
+    rows = select_rows(data, backend, target)
+    estimator = train(rows, backend, target, **(params or {}))
+    metrics = evaluate(rows, backend, target, splits=("leave_family_out",),
+                       models=("costmodel",), params=params)
+    return save(estimator, out, backend=backend, target=target, data=rows, metrics=metrics,
+                name=name)
+
+
+def build_default(data_paths: Sequence[str | Path], backend: str = "cpu", target: str = "",
+                  out: Path | None = None, jobs: int = 1,
+                  outside_results: Path | None = None) -> Artifact:
+    """Train on the named data, evaluate, and write the shipped model with plots and card.
+
+    Writes to `costmodel.models.default_path(backend, target)` unless `out` is given;
+    `jobs` processes fit the evaluation's folds; the card scores the model on the benches'
+    stored out-of-corpus programs in `outside_results`.
+
+    Example:
+        >>> build_default(["training/data/cpu/rows.parquet"], "cpu",
+        ...               outside_results=Path("bench/results"))
+    """
+    rows = select_rows(dataset.load(list(data_paths)), backend, target)
+    out = Path(out) if out is not None else default_path(backend, target)
+    result = run_evaluation(rows, backend, target, jobs=jobs)
+    estimator = train(rows, backend, target)
+    artifact = save(estimator, out, backend=backend, target=target, data=rows,
+                    metrics=result.report, name=f"costmodel-{out.name}")
+    figures = plots.write_all(result.predictions, rows, estimator, out)
+    write_card(out / "MODEL_CARD.md", artifact.manifest, result.report, rows, figures,
+               artifact, outside_results)
+    return artifact

@@ -1,0 +1,1 @@
+"""Evaluating models: held-out splits, metrics, plots, promotion of retrained models."""

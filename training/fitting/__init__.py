@@ -1,0 +1,1 @@
+"""Fitting the cost model: baselines, the estimator, phase shares, artifacts."""

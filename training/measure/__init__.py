@@ -1,0 +1,1 @@
+"""Measuring compiles: the harness, its child processes, sweeps, phases and calibration."""

@@ -1,0 +1,1 @@
+"""The dataset of measured rows: loading, writing, re-extraction and its card."""
