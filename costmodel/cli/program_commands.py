@@ -18,13 +18,17 @@ def cmd_demo(args) -> int:
     return 0
 
 
-def cmd_predict(args) -> int:
+def staged(args):
+    """The program `args` name, traced (never compiled) into a stage."""
     from .._stage import lower
 
     fn, shapes = program_of(args)
+    return traced(lambda: lower(fn, *shapes))
+
+
+def cmd_predict(args) -> int:
     backend, target = model_placement(args)
-    pred = traced(lambda: lower(fn, *shapes).predict(backend=backend, target=target,
-                                                       model=args.model))
+    pred = staged(args).predict(backend=backend, target=target, model=args.model)
     text = repr(pred)
     if args.explain:
         text += "\n" + "\n".join(f"  halving {name}: ×{ratio:.2f}" for name, ratio in pred.explain())
@@ -33,24 +37,16 @@ def cmd_predict(args) -> int:
 
 
 def cmd_advise(args) -> int:
-    from .._stage import lower
-
-    fn, shapes = program_of(args)
     backend, target = model_placement(args)
-    advice = traced(lambda: lower(fn, *shapes).advise(budget_seconds=args.budget,
-                                                       backend=backend, target=target,
-                                                       model=args.model))
+    advice = staged(args).advise(budget_seconds=args.budget, backend=backend, target=target,
+                                 model=args.model)
     emit(advice.to_dict(), args.json, str(advice))
     return 0
 
 
 def cmd_blame(args) -> int:
-    from .._stage import lower
-
-    fn, shapes = program_of(args)
     backend, target = model_placement(args)
-    blame = traced(lambda: lower(fn, *shapes).blame(backend=backend, target=target,
-                                                     model=args.model))
+    blame = staged(args).blame(backend=backend, target=target, model=args.model)
     text = str(blame).splitlines()[:2 + args.top]
     if args.html:
         Path(args.html).write_text(blame.html())
@@ -63,10 +59,7 @@ def cmd_blame(args) -> int:
 
 
 def cmd_profile(args) -> int:
-    from .._stage import lower
-
-    fn, shapes = program_of(args)
-    result = traced(lambda: lower(fn, *shapes)).profile()
+    result = staged(args).profile()
     text = str(result)
     if args.html:
         Path(args.html).write_text(result.html())
