@@ -1,4 +1,5 @@
-"""The `costmodel` command: demo, predict, advise, sweep, train, evaluate, calibrate, serve."""
+"""The `costmodel` command: demo, predict, advise, sweep, train, evaluate, calibrate, serve,
+retrain-worker."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 
 from .common import Parser, UsageError, count, port, positive, seconds, shipped_models
 from .program_commands import cmd_advise, cmd_blame, cmd_demo, cmd_predict, cmd_profile
-from .serve_commands import cmd_serve
+from .serve_commands import cmd_retrain_worker, cmd_serve
 from .training_commands import (
     cmd_calibrate,
     cmd_convert_model,
@@ -128,6 +129,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", action="append", default=[],
                    help="serve this model folder for the backend and target it was trained "
                         "for, instead of the shipped one; repeat per model")
+
+    p = add("retrain-worker", cmd_retrain_worker,
+            "run the retrain jobs queued in the service store (COSTMODEL_DATABASE_URL), one "
+            "at a time")
+    p.add_argument("--model", action="append", default=[],
+                   help="the model folder the service serves for its backend and target, as "
+                        "`serve --model` names it: candidates must beat it; repeat per model")
+    p.add_argument("--poll", type=seconds, default=1.0,
+                   help="seconds between looks for a queued job when none is")
+    p.add_argument("--once", action="store_true", help="exit once no job is queued")
 
     p = add("export", cmd_export, "compact dataset shards into one parquet file")
     p.add_argument("--data", nargs="+", required=True, help="dataset files or folders")
