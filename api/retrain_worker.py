@@ -41,8 +41,16 @@ def run_worker(config: Mapping[str, Any] | None = None, poll_seconds: float = 1.
     if not poll_seconds > 0:
         raise ValueError(f"poll_seconds must be > 0, not {poll_seconds}")
     state = build_state(load_config(config))
-    signal.signal(signal.SIGTERM, _stop)
     log.info("retrain worker ready on %s", state.jobs.db.url.render_as_string(hide_password=True))
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        return _loop(state, poll_seconds, once)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        state.jobs.db.dispose()
+
+
+def _loop(state, poll_seconds: float, once: bool) -> int:
     ran = 0
     while True:
         claimed = state.jobs.claim()
