@@ -18,15 +18,14 @@ import http.client
 import json
 import threading
 import time
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 HOST = "127.0.0.1"
 
 
-@dataclass(frozen=True)
-class Answer:
+class Answer(NamedTuple):
     sent_at: float    # wall clock (time.time()), comparable with the store's timestamps
     replica: int
     status: int       # 0: no answer (connection error)
