@@ -34,11 +34,13 @@ class Answer(NamedTuple):
 
 
 class ReplicaLoad:
-    """`clients` threads predicting on every port in turn until `stop()` or `max_requests`."""
+    """`clients` threads predicting on every port in turn until `stop()` or `max_requests`,
+    each waiting `pause` seconds between its requests (0: as fast as answers come)."""
 
-    def __init__(self, ports: list[int], body: dict, clients: int = 4,
+    def __init__(self, ports: list[int], body: dict, clients: int = 4, pause: float = 0.0,
                  max_requests: int = 100_000) -> None:
         self.ports, self.body, self.max_requests = ports, json.dumps(body).encode(), max_requests
+        self.pause = pause
         self.answers: list[Answer] = []
         self._done = threading.Event()
         self._lock = threading.Lock()
@@ -57,7 +59,7 @@ class ReplicaLoad:
     def _client(self, seed: int) -> None:
         connections = [http.client.HTTPConnection(HOST, port, timeout=60) for port in self.ports]
         turn = seed
-        while not self._done.is_set() and len(self.answers) < self.max_requests:
+        while not self._done.wait(self.pause) and len(self.answers) < self.max_requests:
             replica = turn % len(self.ports)
             turn += 1
             sent_at, start = time.time(), time.perf_counter()

@@ -50,7 +50,8 @@ def test_a_promotion_reaches_both_replicas_and_no_request_fails(tmp_path, postgr
                           RETRAIN_RUNNER="worker", MODEL_SYNC_SECONDS=SYNC)
         replicas = [Server(tmp_path, settings, workers=1, name=f"replica-{i}") for i in (0, 1)]
         worker = RetrainWorker(tmp_path, settings)
-        load = _bench().ReplicaLoad([r.port for r in replicas], feature_body(), clients=2)
+        load = _bench().ReplicaLoad([r.port for r in replicas], feature_body(), clients=4,
+                                         pause=0.01)
         try:
             for replica in replicas:
                 replica.wait_ready()
