@@ -46,6 +46,14 @@ def synthetic_rows():
     return make_rows
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_store_from_the_shell():
+    """No test reaches a store that the environment pytest runs in names; `store` sets one."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv(stores.URL_ENV, raising=False)
+        yield
+
+
 @pytest.fixture(scope="session")
 def postgres_url():
     """A PostgreSQL server for the session (see tests/stores.py); skipped without one
@@ -65,9 +73,7 @@ def store(request, monkeypatch):
     """Run the test on each store: "sqlite" (the default file at SAMPLES_DB) and
     "postgresql" (a fresh schema, named to the service by COSTMODEL_DATABASE_URL)."""
     with _store_url(request, request.param) as url:
-        if url is None:
-            monkeypatch.delenv(stores.URL_ENV, raising=False)
-        else:
+        if url is not None:
             monkeypatch.setenv(stores.URL_ENV, url)
         yield request.param
 

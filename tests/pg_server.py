@@ -48,10 +48,10 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _run(args: list[str], as_user: str | None) -> None:
+def _run(args: list[str], as_user: str | None, check: bool = True) -> None:
     command = ["runuser", "-u", as_user, "--", *args] if as_user else args
     done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
+    if check and done.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} failed ({done.returncode}): "
                            f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
 
@@ -80,8 +80,9 @@ def start(folder: Path) -> str:
     if owner is not None:
         shutil.chown(folder, owner, owner)
     data, port = folder / "data", _free_port()
+    # --locale=C: a bare CI image may name a locale in LANG that is not installed.
     _run([str(binaries / "initdb"), "-D", str(data), "-U", USER, "-A", "trust", "-E", "UTF8",
-          "--no-sync", "--no-instructions"], owner)
+          "--locale=C", "--no-sync", "--no-instructions"], owner)
     options = " ".join(f"-c {key}={value}" for key, value in {
         **SETTINGS, "port": port, "unix_socket_directories": folder}.items())
     _run([str(binaries / "pg_ctl"), "-D", str(data), "-l", str(folder / "server.log"), "-w",
@@ -92,12 +93,13 @@ def start(folder: Path) -> str:
 
 
 def stop(folder: Path) -> None:
-    """Stop the server under `folder` and remove the folder."""
+    """Stop the server under `folder`, if one runs there, and remove the folder."""
     folder = Path(folder)
     binaries = bin_dir()
     if binaries is not None and (folder / "data" / "postmaster.pid").exists():
+        # check=False: a pid file left by a server that is gone (a rebooted machine) is fine
         _run([str(binaries / "pg_ctl"), "-D", str(folder / "data"), "-m", "immediate", "-w",
-              "stop"], _owner())
+              "stop"], _owner(), check=False)
     shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -9,6 +9,7 @@ import time
 
 import pytest
 import sqlalchemy as sa
+import stores
 from werkzeug.exceptions import Conflict
 
 from costmodel.api.config import load_config
@@ -157,3 +158,12 @@ def test_the_database_url_is_validated_and_a_shared_store_needs_a_model_folder()
         load_config({"DATABASE_URL": "not a url"}, {})
     with pytest.raises(ValueError, match="RETRAIN_RUNNER must be one of"):
         load_config({"RETRAIN_RUNNER": "cron"}, {})
+
+
+def test_ci_turns_a_missing_postgresql_into_a_failure(monkeypatch):
+    monkeypatch.setenv(stores.REQUIRE_ENV, "1")
+    with pytest.raises(pytest.fail.Exception, match="COSTMODEL_REQUIRE_POSTGRES is set but no"):
+        stores._unavailable("no server")
+    monkeypatch.delenv(stores.REQUIRE_ENV)
+    with pytest.raises(pytest.skip.Exception, match="no server"):
+        stores._unavailable("no server")
