@@ -11,8 +11,11 @@ then compile both versions and check the advice against the measurement:
   sorted by predicted compile time) must be the one that really compiles faster. When
   the two measured times are within TIE (10%) of each other, the machine's run-to-run
   noise, either pick counts as right; the strict figure is reported too.
-- split: `advice.split` (which also demands a predicted saving of 30%) must be True
-  exactly when the alternative really saves 30% or more.
+- recommended: the option the advice tells the user to take (the alternative when
+  `advice.split`, which demands a predicted saving of 30%, else keep) must be the one
+  that really compiles faster, ties counted as above;
+- split: `advice.split` must be True exactly when the alternative really saves 30% or
+  more.
 
 Compiles are timed in this process with a new function object each time, the two options
 interleaved (which goes first alternates), median of --repeats (5), after a warm-up
@@ -116,21 +119,28 @@ def constants_pair(megabytes: int):
         lambda: ((lambda a, t: passed(a, t)), (x, jax.ShapeDtypeStruct(table.shape, table.dtype)))
 
 
-def judge(name: str, advice, strategy: str, predicted: dict, measured: dict) -> dict:
+def verdicts(predicted: dict, measured: dict, split: bool, strategy: str) -> dict:
+    """Each score of one pair from its predicted and measured seconds and advice.split."""
     keep, alt = measured["keep"], measured[strategy]
     pick = min(measured, key=predicted.get)  # of the two measured options, the one ranked cheaper
     faster = min(measured, key=measured.get)
     tie = abs(keep - alt) <= TIE * min(keep, alt)
-    really_saves = alt <= (1 - MIN_SAVING) * keep
-    row = {"pair": name, "pick": pick, "really_faster": faster, "tie": tie,
-           "strict": pick == faster, "correct": pick == faster or tie,
-           "split": advice.split, "split_correct": advice.split == really_saves,
+    recommended = strategy if split else "keep"  # what the advice tells the user to do
+    return {"pick": pick, "really_faster": faster, "tie": tie, "strict": pick == faster,
+            "correct": pick == faster or tie, "recommended": recommended,
+            "recommended_correct": recommended == faster or tie, "split": split,
+            "split_correct": split == (alt <= (1 - MIN_SAVING) * keep)}
+
+
+def judge(name: str, advice, strategy: str, predicted: dict, measured: dict) -> dict:
+    row = {"pair": name, **verdicts(predicted, measured, advice.split, strategy),
            "predicted": {k: predicted[k] for k in measured}, "measured": measured}
-    verdict = "OK" if row["correct"] else "WRONG"
-    print(f"{name:<28} pick {pick:<23} faster {faster:<23}{' (tie)' if tie else '      '} "
+    keep, alt = measured["keep"], measured[strategy]
+    print(f"{name:<28} pick {row['pick']:<23} faster {row['really_faster']:<23}"
+          f"{' (tie)' if row['tie'] else '      '} "
           f"pred keep={predicted['keep']:.3f}s alt={predicted[strategy]:.3f}s  "
-          f"meas keep={keep:.3f}s alt={alt:.3f}s  split={advice.split!s:<5} {verdict}",
-          flush=True)
+          f"meas keep={keep:.3f}s alt={alt:.3f}s  split={advice.split!s:<5} "
+          f"{'OK' if row['correct'] else 'WRONG'}", flush=True)
     return row
 
 
@@ -146,7 +156,7 @@ def all_pairs(quick: bool) -> list[tuple[str, tuple]]:
 
 def score(judged: list[dict]) -> dict:
     out = {"pairs": len(judged)}
-    for name in ("correct", "strict", "split_correct"):
+    for name in ("correct", "strict", "recommended_correct", "split_correct"):
         hits = sum(r[name] for r in judged)
         out[name] = hits
         out[f"{name}_fraction"] = hits / max(len(judged), 1)
@@ -169,23 +179,44 @@ def run(quick: bool, repeats: int) -> dict:
                                         strategy: build_alt}, repeats))
         results.append({**judge(name, advice, strategy, predicted, measured),
                         "library": library, "strategy": strategy})
-    judged = [r for r in results if "correct" in r]
     from costmodel.training.measure.machine import environment
 
     env = environment()
-    summary = {**score(judged), "tie": TIE, "repeats": repeats,
+    summary = {"tie": TIE, "repeats": repeats,
                "machine": {k: env[k] for k in ("cpu_model", "cpu_count", "jax_version")},
-               "load_average_after": os.getloadavg(),
-               "library": score([r for r in judged if r["library"]]),
-               "skipped": sum("skipped" in r for r in results), "results": results}
+               "load_average_after": os.getloadavg(), "results": results}
+    return summarize(summary)
+
+
+def summarize(summary: dict) -> dict:
+    """`summary` with its scores (re)computed from its rows, printed."""
+    results = summary["results"]
+    judged = [r for r in results if "measured" in r]
+    summary.update(score(judged), library=score([r for r in judged if r["library"]]),
+                   skipped=sum("skipped" in r for r in results))
     lib = summary["library"]
     print(f"pick: the option advice ranks cheapest really compiled faster in "
           f"{summary['correct']}/{summary['pairs']} pairs ({100 * summary['correct_fraction']:.0f}%; "
           f"strict, no ties: {summary['strict']}/{summary['pairs']}); library code "
           f"{lib['correct']}/{lib['pairs']}")
+    print(f"recommended: the option advice tells the user to take (split or keep) really "
+          f"compiled faster in {summary['recommended_correct']}/{summary['pairs']} pairs; "
+          f"library code {lib['recommended_correct']}/{lib['pairs']}")
     print(f"split: advice.split matched a real saving of {MIN_SAVING:.0%} or more in "
           f"{summary['split_correct']}/{summary['pairs']} pairs")
     return summary
+
+
+def rescore(path: str) -> None:
+    """Recompute a stored run's scores from its measured and predicted seconds."""
+    with open(path) as handle:
+        summary = json.load(handle)
+    for row in summary["results"]:
+        if "measured" in row:
+            row.update(verdicts(row["predicted"], row["measured"], row["split"],
+                                row["strategy"]))
+    with open(path, "w") as handle:
+        json.dump(summarize(summary), handle, indent=2)
 
 
 if __name__ == "__main__":
@@ -193,7 +224,11 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--rescore", metavar="JSON", default=None,
+                        help="recompute the scores of a stored run; compiles nothing")
     args = parser.parse_args()
+    if args.rescore:
+        raise SystemExit(rescore(args.rescore))
     summary = run(args.quick, args.repeats)
     if args.json:
         with open(args.json, "w") as handle:
