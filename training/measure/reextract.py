@@ -5,6 +5,11 @@ row's program is rebuilt from its family and params and lowered again (never com
 for the same backend and target, through the extractor the sweep uses. Rows whose family
 is unknown here, or whose program no longer lowers, are reported and left out.
 
+Each family lowers in a fresh process, as it does in a sweep: a long-lived process that
+has lowered hundreds of other programs lowers some library programs differently (seen:
+26 numpyro, blackjax, optax and optimistix rows), and a process that lowered for the CPU
+cannot then lower for a GPU target.
+
     python -m costmodel.training.measure.reextract training/data/gpu-h100/rows.parquet [--out P]
 """
 
@@ -12,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -27,26 +34,48 @@ def row_features(family: str, params: dict, backend: str, target: str, place) ->
     return from_lowered(traced, lowered, backend=backend, target=target).to_dict()
 
 
+def _lower_group(backend: str, target: str, rows: list[tuple[str, str, str]]) -> list:
+    """In a fresh process: (key, feature cells or None, why not) for each (key, family,
+    params) of one family on one placement."""
+    from ..store.dataset import feature_cells
+    from .harness import placement
+
+    place = placement(backend, target)
+    done = []
+    for key, family, params in rows:
+        try:
+            features = row_features(family, json.loads(params), backend, target, place)
+        except Exception as exc:  # a program that no longer builds: say so, keep going
+            done.append((key, None, f"{type(exc).__name__}: {exc}"[:300]))
+            continue
+        done.append((key, feature_cells(features), None))
+    return done
+
+
 def reextract(data: pd.DataFrame, progress: bool = True) -> tuple[pd.DataFrame, list[str]]:
     """`data` with every feature column recomputed, and the keys of rows left out (why)."""
     from tqdm import tqdm
 
-    from ..store.dataset import feature_cells
-    from .harness import placement
-
-    places, updated, dropped = {}, [], []
-    for _, row in tqdm(data.iterrows(), total=len(data), disable=not progress,
-                       desc="re-extract", unit="row"):
-        backend, target = row["backend"], row["target"] or ""
-        if (backend, target) not in places:
-            places[backend, target] = placement(backend, target)
-        try:
-            features = row_features(row["family"], json.loads(row["params"]), backend, target,
-                                    places[backend, target])
-        except Exception as exc:  # a program that no longer builds: say so, keep going
-            dropped.append(f"{row['key']}: {type(exc).__name__}: {exc}"[:300])
-            continue
-        updated.append({**row.to_dict(), **feature_cells(features)})
+    groups: dict[tuple[str, str, str], list] = {}
+    for row in data.itertuples(index=False):
+        place = (row.backend, row.target or "", row.family)
+        groups.setdefault(place, []).append((row.key, row.family, row.params))
+    cells: dict[str, dict] = {}
+    dropped = []
+    # one process per family: spawned, never reused, so no family sees another's state
+    context = multiprocessing.get_context("spawn")
+    with tqdm(total=len(data), disable=not progress, desc="re-extract", unit="row") as bar:
+        for (backend, target, _), rows in groups.items():
+            with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+                done = pool.submit(_lower_group, backend, target, rows).result()
+            for key, features, why in done:
+                if features is None:
+                    dropped.append(f"{key}: {why}")
+                else:
+                    cells[key] = features
+            bar.update(len(rows))
+    updated = [{**row, **cells[row["key"]]} for row in data.to_dict("records")
+               if row["key"] in cells]
     # the rows' own column order, then any feature column the schema has added
     columns = list(dict.fromkeys([*data.columns, *(updated[0] if updated else ())]))
     return pd.DataFrame(updated, columns=columns), dropped
