@@ -103,6 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-concurrent", action="store_true",
                    help="with --dask, measure on workers that run several compiles at "
                         "once (warns: their timings are inflated)")
+    p.add_argument("--any-worker", action="store_true",
+                   help="with --dask and a GPU backend, measure on every worker, deviceless "
+                        "where it has no GPU (rows say `deviceless`), not only on workers "
+                        "declaring gpu=1")
     p.add_argument("--retry-errors", action="store_true", help="re-measure error rows")
 
     p = add("train", cmd_train, "fit a model from dataset files and write an artifact")

@@ -25,7 +25,8 @@ def cmd_sweep(args) -> int:
         budget_minutes=args.budget_minutes, workers=args.workers, timeout=args.timeout,
         memory_limit=int(args.memory_limit_gb * 2**30), limit=args.limit,
         modules=tuple(args.module), dask_address=args.dask, retry_errors=args.retry_errors,
-        allow_concurrent=args.allow_concurrent, progress=not args.json)
+        allow_concurrent=args.allow_concurrent, any_worker=args.any_worker,
+        progress=not args.json)
     try:
         summary = run_sweep(config)
     except ClusterRefused as exc:  # the cluster's set-up, not a fault of the sweep

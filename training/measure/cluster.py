@@ -5,9 +5,11 @@ dask runs as many tasks at once on a worker as it has threads, so the sweep subm
 measurement with the resource `compile: 1` and admits a worker only when that resource
 caps it at one measurement at a time (`--resources compile=1`) or it has one thread.
 GPU-backend measurements also ask for `gpu: 1`, so only workers that declare a GPU take
-them (elsewhere a GPU program would silently compile deviceless). The scheduler holds
-every task to its resources; this module decides, from what the workers declare, which
-resources to ask for and refuses a cluster that would run compiles side by side.
+them (elsewhere a GPU program would compile deviceless, a different label), unless the
+sweep asks for rows from any worker. The scheduler holds every task to its resources;
+this module decides, from what the workers declare, which resources to ask for, and
+refuses a cluster that would run compiles side by side; workers sharing a machine's
+CPUs get a slice each (`split_cores`). `dask_pool.py` applies the rules.
 """
 
 from __future__ import annotations
@@ -54,13 +56,6 @@ class Admission:
     workers: tuple[str, ...]
 
 
-def workers_of(client) -> list[Worker]:
-    """The workers a connected `distributed.Client` sees now."""
-    info = client.scheduler_info(n_workers=-1)["workers"]
-    return [Worker(address, int(w["nthreads"]), dict(w.get("resources") or {}))
-            for address, w in sorted(info.items())]
-
-
 def admit(workers: list[Worker], needs_gpu: bool, allow_concurrent: bool = False) -> Admission:
     """Check the cluster against the rules; raise `ClusterRefused` when it breaks them.
 
@@ -75,7 +70,8 @@ def admit(workers: list[Worker], needs_gpu: bool, allow_concurrent: bool = False
     if not eligible and needs_gpu:
         raise ClusterRefused(f"none of the {len(workers)} dask workers declares the `{GPU}` "
                              f"resource; GPU-backend measurements run only on workers "
-                             f"started with `--resources \"{COMPILE}=1 {GPU}=1\"`")
+                             f"started with `--resources \"{COMPILE}=1 {GPU}=1\"` (or pass "
+                             f"--any-worker to compile deviceless on CPU workers)")
     if not eligible:
         raise ClusterRefused(f"no dask worker is connected; {WORKER_HINT}")
     concurrent = [w for w in eligible if w.compiles_at_once > 1]
@@ -103,43 +99,37 @@ def admit(workers: list[Worker], needs_gpu: bool, allow_concurrent: bool = False
                      tuple(w.address for w in eligible))
 
 
-class DaskPool:
-    """Runs measurements on a dask cluster under `admit`'s rules, checked again whenever
-    the workers change (a worker that joins mid-sweep is held to them too)."""
 
-    def __init__(self, address: str, needs_gpu: bool, allow_concurrent: bool = False,
-                 wait_seconds: float = WAIT_FOR_WORKERS_SECONDS) -> None:
-        from distributed import Client
+def split_cores(places: dict[str, tuple[str, tuple[int, ...]]],
+                allow_concurrent: bool = False) -> dict[str, tuple[int, ...]]:
+    """CPUs of their own for workers that share a machine's: {address: cpus}.
 
-        self.client = Client(address)
-        self.needs_gpu, self.allow_concurrent = needs_gpu, allow_concurrent
-        self._seen: list[Worker] | None = None
-        self._executor = None
-        self._slots = 0
-        try:
-            try:  # a batch system may start workers minutes after the scheduler
-                self.client.wait_for_workers(1, timeout=wait_seconds)
-            except TimeoutError:
-                raise ClusterRefused(f"no dask worker joined {address} within "
-                                     f"{wait_seconds:.0f} s; {WORKER_HINT}") from None
-            self.slots()
-        except BaseException:
-            self.client.close()
-            raise
+    `places` maps each worker to (host, the CPUs it may run on). Workers with the same
+    host and CPUs (a LocalCluster, several worker processes in one batch job) would
+    compile on the same cores, so each gets an equal slice; a worker alone on its CPUs
+    keeps them all and is left out of the answer. More workers than CPUs cannot be
+    split: `ClusterRefused`, or with `allow_concurrent` a warning and no split.
 
-    def slots(self) -> int:
-        """Measurements that may be in flight now (one per admitted worker)."""
-        workers = workers_of(self.client)
-        if workers != self._seen:
-            admission = admit(workers, self.needs_gpu, self.allow_concurrent)
-            self._executor = self.client.get_executor(resources=admission.resources,
-                                                      pure=False)
-            self._slots, self._seen = admission.slots, workers
-        return self._slots
-
-    def submit(self, fn, *args):
-        """A `concurrent.futures.Future` of `fn(*args)` run on an admitted worker."""
-        return self._executor.submit(fn, *args)
-
-    def close(self) -> None:
-        self.client.close()
+    Example:
+        >>> split_cores({"a": ("h", (0, 1)), "b": ("h", (0, 1)), "c": ("g", (0, 1))})
+        {'a': (0,), 'b': (1,)}
+    """
+    groups: dict[tuple[str, tuple[int, ...]], list[str]] = {}
+    for address, place in sorted(places.items()):
+        groups.setdefault(place, []).append(address)
+    cores = {}
+    for (host, cpus), addresses in groups.items():
+        n = len(addresses)
+        if n == 1 or not cpus:  # alone, or a platform that does not say (no affinity)
+            continue
+        if len(cpus) < n:
+            message = (f"{n} dask workers on {host} share {len(cpus)} CPUs, so their "
+                       f"compiles contend: {', '.join(addresses)}")
+            if not allow_concurrent:
+                raise ClusterRefused(f"{message}; run at most one worker per CPU there "
+                                     f"(or pass --allow-concurrent to measure anyway)")
+            warnings.warn(message, ConcurrentCompilesWarning, stacklevel=2)
+            continue
+        for i, address in enumerate(addresses):
+            cores[address] = cpus[i * len(cpus) // n:(i + 1) * len(cpus) // n]
+    return cores

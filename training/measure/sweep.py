@@ -48,6 +48,7 @@ class SweepConfig:
     seed: int = 0
     dask_address: str | None = None
     allow_concurrent: bool = False  # admit dask workers that run compiles side by side
+    any_worker: bool = False  # GPU backend on dask: also workers without a GPU (deviceless)
     progress: bool = True
     retry_errors: bool = False
 
@@ -89,12 +90,20 @@ def plan(config: SweepConfig) -> tuple[list[tuple[str, dict]], int]:
 
 
 def measure_program(family: str, params: dict, backend: str, target: str, timeout: float,
-                    memory_limit: int, max_repeats: int, modules: tuple[str, ...] = ()) -> dict:
-    """Measure one program in a fresh process and return its dataset row (any status)."""
+                    memory_limit: int, max_repeats: int, modules: tuple[str, ...] = (),
+                    cpus: tuple[int, ...] | None = None) -> dict:
+    """Measure one program in a fresh process and return its dataset row (any status).
+
+    With `cpus`, the measurement process runs on those CPUs only, and the row says so.
+    """
     spec = {"family": family, "params": params, "backend": backend, "target": target,
             "max_repeats": max_repeats, "modules": list(modules)}
+    env = environment()
+    if cpus:
+        spec["cpus"] = list(cpus)
+        env["cpu_count"] = len(cpus)
     result = run_child(spec, timeout=timeout, memory_limit=memory_limit)
-    return dataset.make_row(family, params, backend, target, result, environment())
+    return dataset.make_row(family, params, backend, target, result, env)
 
 
 def _shard_path(config: SweepConfig) -> Path:
@@ -112,8 +121,8 @@ class _ThreadPool:
     def slots(self) -> int:
         return self._workers
 
-    def submit(self, fn, *args):
-        return self._pool.submit(fn, *args)
+    def submit(self, measure, *args):
+        return self._pool.submit(measure, *args)
 
     def close(self) -> None:
         self._pool.shutdown(cancel_futures=True)
@@ -122,10 +131,10 @@ class _ThreadPool:
 def _pool(config: SweepConfig):
     if not config.dask_address:
         return _ThreadPool(config.workers)
-    from .cluster import DaskPool
+    from .dask_pool import DaskPool
 
-    return DaskPool(config.dask_address, needs_gpu=config.backend == "gpu",
-                    allow_concurrent=config.allow_concurrent)
+    needs_gpu = config.backend == "gpu" and not config.any_worker
+    return DaskPool(config.dask_address, needs_gpu, config.allow_concurrent)
 
 
 def run_sweep(config: SweepConfig) -> SweepSummary:
