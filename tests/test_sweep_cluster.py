@@ -111,6 +111,18 @@ def test_a_sweep_on_two_thread_workers_is_refused_before_measuring(tmp_path):
     assert not list(tmp_path.glob("*.jsonl"))
 
 
+def test_the_command_line_refuses_such_a_cluster_in_one_line(tmp_path, capsys):
+    from costmodel.cli import main
+
+    with in_process_cluster(n_workers=1, threads_per_worker=2) as cluster:
+        code = main(["sweep", "--families", "tiny_test", "--module", TINY, "--json",
+                     "--out", str(tmp_path), "--dask", cluster.scheduler_address])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("costmodel sweep: dask workers would measure several compiles")
+    assert err.count("\n") == 1 and "--allow-concurrent" in err
+
+
 def test_measurements_of_workers_on_one_machine_run_on_their_own_cpus(tmp_path):
     cpus = len(os.sched_getaffinity(0))
     if cpus < 2:
