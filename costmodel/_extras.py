@@ -7,6 +7,7 @@ EXTRA_OF = {
     **dict.fromkeys(("sklearn", "scipy", "pandas", "joblib", "psutil", "tqdm", "pyarrow",
                      "matplotlib", "threadpoolctl"), "train"),
     **dict.fromkeys(("flask", "gunicorn", "werkzeug", "pydantic", "pydantic_core"), "serve"),
+    **dict.fromkeys(("dask", "distributed"), "dask"),  # `costmodel sweep --dask`
 }
 
 
