@@ -9,6 +9,7 @@ EXTRA_OF = {
     **dict.fromkeys(("flask", "gunicorn", "werkzeug", "pydantic", "pydantic_core", "sqlalchemy",
                      "alembic"), "serve"),
     "psycopg": "postgres",
+    **dict.fromkeys(("dask", "distributed"), "dask"),  # `costmodel sweep --dask`
 }
 
 

@@ -84,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--families", nargs="*", help="families to measure (default: all)")
     p.add_argument("--out", required=True, help="folder of JSON-lines shards")
     p.add_argument("--budget-minutes", type=positive, default=None,
-                   help="stop starting programs after this many minutes")
+                   help="stop starting programs after this many minutes; one still "
+                        "running then is killed, writes no row and is measured next run")
     p.add_argument("--workers", type=count, default=1,
                    help="concurrent measurements (1 keeps timings clean on 2 cores)")
     p.add_argument("--timeout", type=seconds, default=300.0, help="seconds per program")
@@ -95,7 +96,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "resumes them")
     p.add_argument("--module", action="append", default=[],
                    help="import this module first (registers your own families)")
-    p.add_argument("--dask", default=None, help="dask.distributed scheduler address")
+    p.add_argument("--dask", default=None,
+                   help="dask.distributed scheduler address; each worker must run one "
+                        "compile at a time (one thread or `--resources compile=1`), GPU "
+                        "backends go to workers declaring `gpu=1` (README, Sweeps on a "
+                        "cluster)")
+    p.add_argument("--allow-concurrent", action="store_true",
+                   help="with --dask, measure on workers that run several compiles at "
+                        "once (warns: their timings are inflated)")
+    p.add_argument("--any-worker", action="store_true",
+                   help="with --dask and a GPU backend, measure on every worker, deviceless "
+                        "where it has no GPU (rows say `deviceless`), not only on workers "
+                        "declaring gpu=1")
     p.add_argument("--retry-errors", action="store_true", help="re-measure error rows")
 
     p = add("train", cmd_train, "fit a model from dataset files and write an artifact")
