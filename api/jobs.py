@@ -7,7 +7,8 @@ accepted a job, the one asked for its status and the process that runs it may di
 A job is queued, then claimed by exactly one process (a web worker's thread, or a
 `costmodel retrain-worker`), which heartbeats while it runs it. A job whose process
 died (on this host: its pid is gone; anywhere: no heartbeat for RETRAIN_STALE_SECONDS)
-is marked failed, so it blocks no later job and the caller can start it again.
+is marked failed, so it blocks no later job and the caller can start it again: by the
+next process to create or claim a job, or to read that job.
 """
 
 from __future__ import annotations
@@ -102,21 +103,32 @@ class JobStore:
             conn.execute(jobs.update().where(jobs.c.id == job_id, jobs.c.pid == os.getpid())
                          .values(heartbeat_at=time.time()))
 
-    def _fail_orphans(self, conn: sa.Connection) -> None:
+    def _orphaned(self, row) -> str | None:
+        """Why the active job `row` will never finish (its process is gone), or None.
+        Jobs nobody owns yet (no pid) wait for a retrain worker."""
+        if row.pid is None:
+            return None
+        if row.host == self.host and not _alive(row.pid):
+            return DIED
+        if row.heartbeat_at is not None and row.heartbeat_at < time.time() - self.stale_seconds:
+            return (f"interrupted: no heartbeat from its worker ({row.host}, pid {row.pid}) "
+                    f"for {self.stale_seconds:g} s")
+        return None
+
+    def _fail_orphans(self, conn: sa.Connection, job_id: str | None = None) -> None:
         # A job whose process has exited will never finish: say so instead of blocking
-        # every later job. Jobs nobody owns yet wait for a retrain worker.
-        stale = time.time() - self.stale_seconds
-        for row in conn.execute(sa.select(jobs.c.id, jobs.c.host, jobs.c.pid, jobs.c.heartbeat_at)
-                                .where(jobs.c.status.in_(ACTIVE), jobs.c.pid.is_not(None))).all():
-            if row.host == self.host and not _alive(row.pid):
-                error = DIED
-            elif row.heartbeat_at is not None and row.heartbeat_at < stale:
-                error = (f"interrupted: no heartbeat from its worker ({row.host}, pid "
-                         f"{row.pid}) for {self.stale_seconds:g} s")
-            else:
-                continue
-            conn.execute(jobs.update().where(jobs.c.id == row.id).values(
-                status="failed", error=error, finished_at=_now()))
+        # every later job (or, with `job_id`, instead of reporting that job running).
+        query = sa.select(jobs.c.id, jobs.c.host, jobs.c.pid, jobs.c.heartbeat_at).where(
+            jobs.c.status.in_(ACTIVE), jobs.c.pid.is_not(None))
+        if job_id is not None:
+            query = query.where(jobs.c.id == job_id)
+        for row in conn.execute(query).all():
+            error = self._orphaned(row)
+            if error is not None:
+                # still active: a job that ended meanwhile keeps its outcome
+                conn.execute(jobs.update().where(jobs.c.id == row.id,
+                                                 jobs.c.status.in_(ACTIVE)).values(
+                    status="failed", error=error, finished_at=_now()))
 
     def update(self, job_id: str, *, status: str | None = None, progress: float | None = None,
                results: list[dict] | None = None, error: str | None = None) -> None:
@@ -136,9 +148,15 @@ class JobStore:
             conn.execute(jobs.update().where(jobs.c.id == job_id).values(**fields))
 
     def get(self, job_id: str) -> dict[str, Any] | None:
-        """The job as the API reports it, or None."""
+        """The job as the API reports it, or None. A job whose process is gone is failed
+        here and reported so, though no worker is left to claim jobs and notice."""
+        query = sa.select(jobs).where(jobs.c.id == job_id)
         with self.db.connect() as conn:
-            row = conn.execute(sa.select(jobs).where(jobs.c.id == job_id)).first()
+            row = conn.execute(query).first()
+        if row is not None and row.status in ACTIVE and self._orphaned(row) is not None:
+            with self.db.connect(exclusive=True) as conn:  # checked again under the lock
+                self._fail_orphans(conn, job_id)
+                row = conn.execute(query).first()
         if row is None:
             return None
         results = json.loads(row.results)

@@ -7,9 +7,9 @@ same state a web worker does, so it compares candidates with the models being se
 and its promotions reach the replicas the way any promotion does (`ModelRegistry.sync`).
 
 SIGTERM or Ctrl-C marks the running job failed and exits. `kill -9` leaves it running in
-the store until the next process to claim or create a job sees its pid gone (same host)
-or its heartbeat RETRAIN_STALE_SECONDS old, and marks it failed; starting it again is a
-new `POST /v1/retrain`.
+the store until the next process to claim, create or read a job (`GET /v1/retrain/<id>`)
+sees its pid gone (same host) or its heartbeat RETRAIN_STALE_SECONDS old, and marks it
+failed; starting it again is a new `POST /v1/retrain`.
 """
 
 from __future__ import annotations

@@ -130,6 +130,22 @@ def test_a_running_job_without_heartbeat_is_failed_wherever_it_ran(url):
         "failed", "interrupted: no heartbeat from its worker (elsewhere, pid 1) for 30 s")
 
 
+def test_reading_a_job_whose_worker_went_silent_reports_it_failed(url):
+    store = JobStore(Database(url), stale_seconds=30)
+    job_id = store.create(SCOPE, owned=False)
+    store.claim()
+    with store.db.connect() as conn:
+        conn.execute(jobs.update().values(host="elsewhere", pid=1,
+                                          heartbeat_at=time.time() - 31))
+    # No process claims or creates a job: the read alone finds the job orphaned, and
+    # records it.
+    expected = ("failed", "interrupted: no heartbeat from its worker (elsewhere, pid 1) for 30 s")
+    job = store.get(job_id)
+    assert (job["status"], job["error"]) == expected
+    with store.db.connect() as conn:
+        assert tuple(conn.execute(sa.select(jobs.c.status, jobs.c.error)).one()) == expected
+
+
 def test_a_heartbeat_keeps_a_running_job(url):
     store = JobStore(Database(url), stale_seconds=30)
     job_id = store.create(SCOPE, owned=False)
