@@ -191,6 +191,18 @@ class JobStore:
                 results=json.dumps(results)))
         return int(promotion_id)
 
+    def abandoned(self, artifacts: list[tuple[str, Path]]) -> list[Path]:
+        """Of `artifacts` ((job id, path) pairs), those whose job has ended without
+        recording their promotion: nothing will ever serve them."""
+        job_ids = {job_id for job_id, _ in artifacts}
+        with self.db.connect() as conn:
+            ended = set(conn.execute(sa.select(jobs.c.id).where(
+                jobs.c.id.in_(job_ids), jobs.c.status.not_in(ACTIVE))).scalars())
+            promoted = {Path(path).name for path in conn.execute(
+                sa.select(promotions.c.path).where(promotions.c.job.in_(job_ids))).scalars()}
+        return [path for job_id, path in artifacts
+                if job_id in ended and path.name not in promoted]
+
     def latest_promotion_id(self) -> int:
         with self.db.connect() as conn:
             return int(conn.execute(sa.select(sa.func.coalesce(sa.func.max(promotions.c.id), 0)))

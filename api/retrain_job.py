@@ -8,7 +8,8 @@ compares it with the current model on the held-out rows on fair ground
 under a partial name, renamed into place once complete, and then promoted: the store
 records the promotion and the job's results in one transaction, and only a recorded
 promotion is ever served. A job killed at any point leaves the served model as it was
-(or promoted whole) and no half-written artifact under a served name.
+(or promoted whole) and no half-written artifact under a served name; the next job
+removes any candidate it left that no promotion names.
 
 Whoever runs a job has claimed it (`JobStore.claim`) and heartbeats while it runs.
 """
@@ -117,12 +118,24 @@ def _save_candidate(estimator, train_rows: pd.DataFrame, out: Path, key: tuple[s
         raise
 
 
-def _remove_partials(folder: Path) -> None:
-    """Artifacts a killed job was writing: only one job runs at a time, and it is ours."""
-    if folder.is_dir():
-        for path in folder.glob(PARTIAL + "*"):
-            log.info("removing %s, left by an interrupted retrain", path)
-            shutil.rmtree(path, ignore_errors=True)
+def _candidate_path(state, label: str, job_id: str) -> Path:
+    # The job id last in the name: _remove_leftovers reads it back.
+    return state.config["RETRAIN_DIR"] / f"{label}-{job_id}"
+
+
+def _remove_leftovers(state) -> None:
+    """Artifacts killed jobs left: half-written ones (a partial name), and complete ones
+    whose job ended before it recorded their promotion (killed between the rename and
+    the commit). Only one job runs at a time, and it is ours; other folders are kept."""
+    folder = state.config["RETRAIN_DIR"]
+    if not folder.is_dir():
+        return
+    partial = list(folder.glob(PARTIAL + "*"))
+    named = [(path.name.rpartition("-")[2], path) for path in folder.iterdir()
+             if path.is_dir() and path not in partial]
+    for path in partial + state.jobs.abandoned(named):
+        log.info("removing %s, left by an interrupted retrain", path)
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _retrain_group(state, job_id: str, data: pd.DataFrame, key: tuple[str, str],
@@ -141,7 +154,7 @@ def _retrain_group(state, job_id: str, data: pd.DataFrame, key: tuple[str, str],
               **verdict.to_dict(), "version": None,
               "previous_version": None if current is None else current.version}
     if verdict.promote:
-        out = state.config["RETRAIN_DIR"] / f"{label}-{job_id}"
+        out = _candidate_path(state, label, job_id)
         new = _save_candidate(candidate, train_rows, out, key, f"retrained-{label}", verdict)
         result["version"] = new.version
         promotion = state.jobs.promote(backend, target, out, job_id, [*done, result])
@@ -157,7 +170,7 @@ def run_job(state, job_id: str, scope: dict[str, Any]) -> None:
         jobs.update(job_id, progress=0.0)
         # Compare with what the replicas serve now, whoever promoted it.
         state.sync_models(every=0.0)
-        _remove_partials(state.config["RETRAIN_DIR"])
+        _remove_leftovers(state)
         data = training_frame(state)
         min_rows = state.config["RETRAIN_MIN_ROWS"]
         groups = _groups(data, scope, min_rows)

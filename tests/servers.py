@@ -96,30 +96,36 @@ class Server(Process):
         raise TimeoutError(f"server not ready: {self.output()}")
 
 
-# A retrain worker whose artifact writer, once the candidate is complete on disk (under
-# its partial name, not yet renamed or promoted), says where and then hangs: the test
-# kills it there, at the last moment before the store would record a promotion.
-HANG_AFTER_SAVE = """
+# Where a retrain worker with a `hang_file` writes the candidate's path to it and hangs,
+# for the test to kill it there: "save", the candidate complete on disk under its
+# partial name; "promote", renamed into place, its promotion not yet recorded.
+HANG = """
 import threading
 from pathlib import Path
 from costmodel.api import retrain_job
+from costmodel.api.jobs import JobStore
+def hang(path):
+    Path(sys.argv[2]).write_text(str(path))
+    threading.Event().wait()
 real_save = retrain_job.save
 def save_then_hang(estimator, path, **kwargs):
     real_save(estimator, path, **kwargs)
-    Path(sys.argv[2]).write_text(str(path))
-    threading.Event().wait()
-retrain_job.save = save_then_hang
+    hang(path)
+if sys.argv[3] == "save":
+    retrain_job.save = save_then_hang
+elif sys.argv[3] == "promote":
+    JobStore.promote = lambda self, backend, target, path, *args: hang(path)
 """
 
 
 class RetrainWorker(Process):
     """`costmodel.api.retrain_worker.run_worker(config)` in a subprocess; with `hang_file`,
-    hung after writing its first candidate (see HANG_AFTER_SAVE)."""
+    hung at `hang_at` in writing its first candidate (see HANG)."""
 
     def __init__(self, tmp: Path, config: dict, hang_file: Path | None = None,
-                 name: str = "worker") -> None:
-        script = ("import json, sys\n" + (HANG_AFTER_SAVE if hang_file else "") +
+                 hang_at: str = "save", name: str = "worker") -> None:
+        script = ("import json, sys\n" + (HANG if hang_file else "") +
                   "from costmodel.api.retrain_worker import run_worker\n"
                   "run_worker(json.loads(sys.argv[1]), poll_seconds=0.1)\n")
         super().__init__(tmp / f"{name}.log", script, json.dumps(jsonable(config)),
-                         str(hang_file or ""))
+                         str(hang_file or ""), hang_at)

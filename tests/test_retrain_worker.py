@@ -54,27 +54,34 @@ def _wait(predicate, what: str, worker=None, timeout: float = 120.0):
     raise TimeoutError(f"no {what} after {timeout} s")
 
 
-def test_kill_9_mid_job_keeps_the_served_model_and_a_rerun_succeeds(tmp_path, service):
+# What a kill leaves: the candidate complete under its partial name, or renamed into
+# place but its promotion not yet recorded. Either way it must not outlive the job.
+LEFT = {"save": PARTIAL + "cpu-{job}", "promote": "cpu-{job}"}
+
+
+@pytest.mark.parametrize("killed_at", LEFT)
+def test_kill_9_mid_job_keeps_the_served_model_and_a_rerun_succeeds(tmp_path, service,
+                                                                    killed_at):
     settings, client = service
+    left = LEFT[killed_at]
     old = _version(client)
     job_id = _enqueue(client)
     time.sleep(0.3)
     assert _job(client, job_id)["status"] == "queued"  # the web worker only enqueued it
 
     hang = tmp_path / "candidate-written"
-    worker = RetrainWorker(tmp_path, settings, hang_file=hang)
-    partial = _wait(lambda: hang.exists() and hang.read_text(), "candidate", worker)
-    assert os.path.basename(partial) == f"{PARTIAL}cpu-{job_id}"
+    worker = RetrainWorker(tmp_path, settings, hang_file=hang, hang_at=killed_at)
+    candidate = _wait(lambda: hang.exists() and hang.read_text(), "candidate", worker)
+    assert os.path.basename(candidate) == left.format(job=job_id)
     assert _job(client, job_id)["status"] == "running"
     os.kill(worker.process.pid, signal.SIGKILL)
     assert worker.process.wait(30) == -signal.SIGKILL
 
-    # Nothing was promoted: every worker serves the model it served, and the candidate is
-    # only ever under its partial name.
+    # Nothing was promoted: every worker serves the model it served.
     assert _version(client) == old
     assert create_app(settings).test_client().get("/v1/models").json["models"][0][
         "version"] == old
-    assert sorted(p.name for p in settings["RETRAIN_DIR"].iterdir()) == [f"{PARTIAL}cpu-{job_id}"]
+    assert sorted(p.name for p in settings["RETRAIN_DIR"].iterdir()) == [left.format(job=job_id)]
 
     # Polled, the job reads failed at once, though no worker is left to notice.
     failed = _job(client, job_id)
@@ -87,7 +94,7 @@ def test_kill_9_mid_job_keeps_the_served_model_and_a_rerun_succeeds(tmp_path, se
     assert done["status"] == "succeeded" and done["swapped"], done
     new = done["results"][0]["version"]
     assert new != old and _version(client) == new
-    # the killed job's partial artifact is gone, the rerun's is in place
+    # the killed job's candidate is gone, the rerun's is in place
     assert sorted(p.name for p in settings["RETRAIN_DIR"].iterdir()) == [f"cpu-{rerun}"]
 
 

@@ -158,6 +158,24 @@ def test_a_heartbeat_keeps_a_running_job(url):
     assert store.get(job_id)["status"] == "running"
 
 
+def test_only_candidates_of_ended_jobs_that_no_promotion_names_are_abandoned(url, tmp_path):
+    store = JobStore(Database(url))
+    promoted = store.create(SCOPE)
+    store.promote("cpu", "", tmp_path / f"cpu-{promoted}", promoted, [])
+    store.update(promoted, status="succeeded")
+    killed = store.create(SCOPE)
+    store.update(killed, status="failed")
+    running = store.create(SCOPE)
+    candidates = [(job_id, tmp_path / f"{label}-{job_id}") for job_id in (promoted, killed)
+                  for label in ("cpu", "gpu-h100")]
+    candidates += [(running, tmp_path / f"cpu-{running}"), ("default", tmp_path / "default")]
+    # what ended jobs left unpromoted; not the promoted one, the running job's or a model
+    # someone keeps there
+    assert store.abandoned(candidates) == [tmp_path / f"gpu-h100-{promoted}",
+                                           tmp_path / f"cpu-{killed}",
+                                           tmp_path / f"gpu-h100-{killed}"]
+
+
 def test_the_database_url_is_validated_and_a_shared_store_needs_a_model_folder():
     assert str(load_config({"SAMPLES_DB": "/s/x.sqlite3"}, {})["DATABASE_URL"]) == (
         "sqlite:////s/x.sqlite3")
