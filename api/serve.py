@@ -30,7 +30,7 @@ class _Server(BaseApplication):
             self.cfg.set(key, value)
 
     def load(self):
-        # Called in each worker after the fork: models, SQLite connections and retrain
+        # Called in each worker after the fork: models, store connections and retrain
         # threads belong to the worker that uses them.
         from threadpoolctl import threadpool_limits
 

@@ -9,9 +9,10 @@ for arriving (`read_timeout`, from its first byte being read on a thread) and an
 a stalled one with 408; errors gunicorn itself answers (414, 431, 400, 408) carry the
 service's JSON error shape instead of HTML.
 
-Why threads and not gevent: the service computes (parsing, tree ensembles, retraining
-on a background thread for minutes); under gevent's monkey-patching that thread would
-be a greenlet that never yields and stalls every request of its worker.
+Why threads and not gevent: the service computes (parsing, tree ensembles and, with
+`RETRAIN_RUNNER="thread"`, retraining on a background thread for minutes); under
+gevent's monkey-patching that thread would be a greenlet that never yields and stalls
+every request of its worker.
 """
 
 from __future__ import annotations
