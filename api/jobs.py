@@ -48,6 +48,11 @@ def _alive(pid: int) -> bool:
     return True
 
 
+class JobLost(Exception):
+    """This process no longer owns the job: it was failed as orphaned (a worker silent
+    past the heartbeat limit) and must not write its outcome or promote."""
+
+
 class JobStore:
     """Creates, claims, updates and reads retrain jobs; records which artifact each
     promotion put live.
@@ -145,7 +150,13 @@ class JobStore:
         if error is not None:
             fields["error"] = error
         with self.db.connect() as conn:
-            conn.execute(jobs.update().where(jobs.c.id == job_id).values(**fields))
+            if not conn.execute(self._owned(job_id).values(**fields)).rowcount:
+                raise JobLost(job_id)
+
+    def _owned(self, job_id: str):
+        """An update of `job_id` that applies only while this process runs it."""
+        return jobs.update().where(jobs.c.id == job_id, jobs.c.status.in_(ACTIVE),
+                                   jobs.c.host == self.host, jobs.c.pid == os.getpid())
 
     def get(self, job_id: str) -> dict[str, Any] | None:
         """The job as the API reports it, or None. A job whose process is gone is failed
@@ -184,11 +195,12 @@ class JobStore:
                 # Ids come from a sequence, handed out before commit: without the lock a
                 # later id could commit first and a replica that saw it skip this one.
                 conn.execute(sa.text("LOCK TABLE promotions IN EXCLUSIVE MODE"))
+            if not conn.execute(self._owned(job_id).values(
+                    results=json.dumps(results))).rowcount:
+                raise JobLost(job_id)  # rolls back: nothing promoted
             promotion_id = conn.execute(promotions.insert().values(
                 backend=backend, target=target, path=str(path), job=job_id,
                 created_at=_now("microseconds"))).inserted_primary_key[0]
-            conn.execute(jobs.update().where(jobs.c.id == job_id).values(
-                results=json.dumps(results)))
         return int(promotion_id)
 
     def abandoned(self, artifacts: list[tuple[str, Path]]) -> list[Path]:

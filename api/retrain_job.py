@@ -16,6 +16,7 @@ Whoever runs a job has claimed it (`JobStore.claim`) and heartbeats while it run
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -34,6 +35,7 @@ from costmodel.training.fitting.fit import select_rows, train
 from costmodel.training.fitting.publish import save
 from costmodel.training.store import dataset
 
+from .jobs import JobLost
 from .samples import FAMILY
 
 log = logging.getLogger("costmodel.api")
@@ -182,6 +184,9 @@ def run_job(state, job_id: str, scope: dict[str, Any]) -> None:
             jobs.update(job_id, progress=(i + 1) / len(groups), results=results)
         status = "succeeded" if any(r["swapped"] for r in results) else "rejected"
         jobs.update(job_id, status=status, progress=1.0, results=results)
+    except JobLost:
+        log.error("retrain job %s was failed as orphaned while it ran; its outcome is "
+                  "dropped", job_id)
     except Exception as exc:  # noqa: BLE001 - a job's failure is reported, not raised
         log.exception("retrain job %s failed", job_id)
         jobs.update(job_id, status="failed", results=results, error=f"{type(exc).__name__}: {exc}")
@@ -202,7 +207,8 @@ def run_claimed(state, claimed: dict[str, Any]) -> None:
     try:
         run_job(state, job_id, claimed["scope"])
     except BaseException:
-        state.jobs.update(job_id, status="failed", error=STOPPED)
+        with contextlib.suppress(JobLost):
+            state.jobs.update(job_id, status="failed", error=STOPPED)
         raise
     finally:
         stop.set()

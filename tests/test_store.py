@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -14,7 +15,7 @@ from werkzeug.exceptions import Conflict
 
 from costmodel.api.config import load_config
 from costmodel.api.db import Database
-from costmodel.api.jobs import JobStore
+from costmodel.api.jobs import JobLost, JobStore
 from costmodel.api.tables import jobs, metadata
 
 SCOPE = {"backend": None, "target": None}
@@ -67,8 +68,8 @@ def test_a_sqlite_store_from_before_migrations_is_adopted_with_its_rows(tmp_path
     store = JobStore(db)
     assert store.get("old")["status"] == "succeeded"
     assert store.promotions_after(0)[0]["path"] == "/m"
-    # AUTOINCREMENT survived the table copies: a new promotion never reuses an id
-    assert store.promote("cpu", "", tmp_path / "m2", "old", []) == 2
+    # the adopted table takes new jobs, and promotion ids go on from the old ones
+    assert store.promote("cpu", "", tmp_path / "m2", store.create({}), []) == 2
 
 
 def test_sqlite_keeps_wal_and_full_synchronous(tmp_path):
@@ -144,6 +145,23 @@ def test_reading_a_job_whose_worker_went_silent_reports_it_failed(url):
     assert (job["status"], job["error"]) == expected
     with store.db.connect() as conn:
         assert tuple(conn.execute(sa.select(jobs.c.status, jobs.c.error)).one()) == expected
+
+
+def test_a_worker_whose_job_was_failed_as_orphaned_can_neither_finish_nor_promote(url):
+    store = JobStore(Database(url), stale_seconds=30)
+    job_id = store.create(SCOPE, owned=False)
+    store.claim()
+    with store.db.connect() as conn:  # this worker went silent past the limit...
+        conn.execute(jobs.update().values(heartbeat_at=time.time() - 31))
+    assert store.get(job_id)["status"] == "failed"
+    # ...and wakes up: its outcome and its promotion are refused, nothing is recorded
+    with pytest.raises(JobLost):
+        store.update(job_id, status="succeeded", progress=1.0)
+    with pytest.raises(JobLost):
+        store.promote("cpu", "", Path("/m"), job_id, [{"swapped": True}])
+    assert store.promotions_after(0) == []
+    job = store.get(job_id)
+    assert (job["status"], job["results"]) == ("failed", [])
 
 
 def test_a_heartbeat_keeps_a_running_job(url):
