@@ -2,32 +2,14 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from flask import Flask
 
 from . import errors, meta, openapi, predict, retrain, samples
 from .config import load_config
-from .db import Database
-from .jobs import JobStore
-from .registry import ModelRegistry
-from .samples import SampleStore, max_sample_bytes
-from .validation import RequestModels, request_models
-
-
-@dataclass
-class ServiceState:
-    """Everything a worker holds, kept in `app.extensions["costmodel"]`."""
-
-    config: dict[str, Any]
-    registry: ModelRegistry
-    samples: SampleStore
-    jobs: JobStore
-    requests: RequestModels  # the request bodies with this server's limits
-    threads: dict[str, threading.Thread] = field(default_factory=dict)
+from .state import build_state
 
 
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
@@ -36,9 +18,9 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     Args:
         config: Overrides of `costmodel.api.config.defaults()`, e.g. `MODEL_PATHS`
             (`{(backend, target): folder}`), `SAMPLES_DB`, `RETRAIN_TOKEN`, `RETRAIN_DIR`,
-            `MAX_CONTENT_LENGTH`, `TRAINING_DATA`. Environment variables
-            `COSTMODEL_SAMPLES_DB`, `COSTMODEL_RETRAIN_TOKEN` and `COSTMODEL_RETRAIN_DIR`
-            sit between the defaults and this mapping.
+            `MAX_CONTENT_LENGTH`, `TRAINING_DATA`, `DATABASE_URL`, `RETRAIN_RUNNER`.
+            Environment variables (`costmodel.api.config.ENV`: `COSTMODEL_SAMPLES_DB`,
+            `COSTMODEL_DATABASE_URL`, ...) sit between the defaults and this mapping.
 
     Example:
         >>> app = create_app({"SAMPLES_DB": "/tmp/samples.sqlite3"})
@@ -48,13 +30,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     settings = load_config(config)
     app = Flask("costmodel.api", static_folder=None)
     app.config.from_mapping(settings)
-    db = Database(settings["SAMPLES_DB"])
-    state = ServiceState(settings, ModelRegistry(), SampleStore(db), JobStore(db),
-                         request_models(settings["MAX_BATCH"], max_sample_bytes()))
-    state.registry.load_initial(settings["MODEL_PATHS"])
-    # Models promoted by retrain jobs of earlier runs (or other workers) replace the
-    # shipped ones they beat.
-    state.registry.sync(state.jobs, settings["RETRAIN_DIR"], every=0.0)
+    state = build_state(settings)
     app.extensions["costmodel"] = state
 
     errors.register(app)
@@ -63,7 +39,6 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
 
     @app.before_request
     def _pick_up_promotions() -> None:
-        state.registry.sync(state.jobs, settings["RETRAIN_DIR"],
-                            every=float(settings["MODEL_SYNC_SECONDS"]))
+        state.sync_models(every=float(settings["MODEL_SYNC_SECONDS"]))
 
     return app

@@ -17,7 +17,10 @@ ENV = {
     "RETRAIN_TOKEN": "COSTMODEL_RETRAIN_TOKEN",
     "SAMPLES_TOKEN": "COSTMODEL_SAMPLES_TOKEN",
     "RETRAIN_DIR": "COSTMODEL_RETRAIN_DIR",
+    "DATABASE_URL": "COSTMODEL_DATABASE_URL",
+    "RETRAIN_RUNNER": "COSTMODEL_RETRAIN_RUNNER",
 }
+RUNNERS = ("thread", "worker")
 _CACHE = Path("~/.cache/costmodel")
 
 
@@ -32,6 +35,7 @@ def defaults() -> dict[str, Any]:
     return {
         "MODEL_PATHS": None,            # {(backend, target): folder}; None: the shipped models
         "SAMPLES_DB": _CACHE / "samples.sqlite3",
+        "DATABASE_URL": None,           # None: the SQLite file SAMPLES_DB; or postgresql://...
         "RETRAIN_TOKEN": None,          # None: retraining over HTTP is off
         "SAMPLES_TOKEN": None,          # None: storing and reading samples over HTTP is off
         "RETRAIN_DIR": None,            # None: a `models` folder beside SAMPLES_DB
@@ -42,6 +46,8 @@ def defaults() -> dict[str, Any]:
         "RETRAIN_MIN_ROWS": 20,
         "RETRAIN_PARAMS": {},           # CompileCostModel arguments of a retrain's candidate
         "MODEL_SYNC_SECONDS": 2.0,      # how often a worker looks for models promoted elsewhere
+        "RETRAIN_RUNNER": "thread",     # "thread": in the web worker; "worker": retrain-worker
+        "RETRAIN_STALE_SECONDS": 60.0,  # a running job silent this long has lost its process
     }
 
 
@@ -64,6 +70,11 @@ def load_config(config: Mapping[str, Any] | None = None,
     merged.update(config or {})
 
     merged["SAMPLES_DB"] = Path(merged["SAMPLES_DB"]).expanduser()
+    merged["DATABASE_URL"] = _database_url(merged["DATABASE_URL"], merged["SAMPLES_DB"])
+    if merged["DATABASE_URL"].get_backend_name() != "sqlite" and not merged["RETRAIN_DIR"]:
+        # Replicas load what another promoted from the path the store records.
+        raise ValueError("a shared store needs RETRAIN_DIR: a model folder every replica and "
+                         "retrain worker sees at the same path")
     retrain_dir = merged["RETRAIN_DIR"] or merged["SAMPLES_DB"].parent / "models"
     merged["RETRAIN_DIR"] = Path(retrain_dir).expanduser()
     merged["TRAINING_DATA"] = [Path(p).expanduser() for p in _as_list(merged["TRAINING_DATA"])]
@@ -81,9 +92,36 @@ def load_config(config: Mapping[str, Any] | None = None,
         raise ValueError(f"HOLDOUT_FRACTION must lie in (0, 1), not {merged['HOLDOUT_FRACTION']!r}")
     if float(merged["MODEL_SYNC_SECONDS"]) < 0:
         raise ValueError("MODEL_SYNC_SECONDS must be >= 0")
+    if not float(merged["RETRAIN_STALE_SECONDS"]) > 0:
+        raise ValueError("RETRAIN_STALE_SECONDS must be > 0")
+    if merged["RETRAIN_RUNNER"] not in RUNNERS:
+        raise ValueError(f"RETRAIN_RUNNER must be one of {RUNNERS}, not {merged['RETRAIN_RUNNER']!r}")
     if merged["MODEL_PATHS"] is not None:
         merged["MODEL_PATHS"] = _model_paths(merged["MODEL_PATHS"])
     return merged
+
+
+def _database_url(url: Any, samples_db: Path):
+    """The store's SQLAlchemy URL: SQLite at `samples_db` unless a URL names another.
+
+    A bare `postgresql://` gets the psycopg (3) driver, the one the `postgres` extra
+    installs, rather than SQLAlchemy's default psycopg2.
+    """
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    if url is None:
+        return make_url(f"sqlite:///{samples_db}")
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ValueError(f"DATABASE_URL is not a database URL: {exc}") from None
+    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+        raise ValueError(f"DATABASE_URL must be sqlite:///FILE or postgresql://..., not "
+                         f"{parsed.get_backend_name()}")
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
 
 
 def _token(key: str, token: Any) -> str | None:

@@ -1,93 +1,99 @@
-"""The service's one SQLite file: samples, retrain jobs and model promotions.
+"""The service store: samples, retrain jobs and model promotions, in SQLite or PostgreSQL.
 
-Every worker process (and its retrain thread) opens short-lived connections, so the
-file is the only state shared between gunicorn workers. WAL lets readers proceed while
-a writer commits; `synchronous=FULL` makes a committed sample survive a power cut.
+One SQLAlchemy engine per process, chosen by `DATABASE_URL`: by default a SQLite file
+(embedded, nothing to set up), or a PostgreSQL server a team's replicas and retrain
+workers share. Opening a store brings its schema to the newest Alembic revision.
+
+SQLite keeps the durability it always had: WAL lets readers proceed while a writer
+commits, `synchronous=FULL` makes a committed sample survive a power cut. PostgreSQL's
+defaults (fsync on, synchronous commit) already do.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS samples (
-    id TEXT PRIMARY KEY,
-    created_at TEXT NOT NULL,
-    backend TEXT NOT NULL,
-    target TEXT NOT NULL,
-    schema_version INTEGER NOT NULL,
-    source TEXT NOT NULL,
-    program_sha256 TEXT NOT NULL,
-    features TEXT NOT NULL,
-    compile_seconds REAL NOT NULL,
-    peak_rss_bytes REAL,
-    executable_memory_bytes REAL,
-    environment TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS jobs (
-    id TEXT PRIMARY KEY,
-    status TEXT NOT NULL,
-    progress REAL NOT NULL DEFAULT 0,
-    scope TEXT NOT NULL,
-    results TEXT NOT NULL DEFAULT '[]',
-    error TEXT,
-    host TEXT NOT NULL,
-    pid INTEGER NOT NULL,
-    created_at TEXT NOT NULL,
-    finished_at TEXT
-);
-CREATE TABLE IF NOT EXISTS promotions (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    backend TEXT NOT NULL,
-    target TEXT NOT NULL,
-    path TEXT NOT NULL,
-    job TEXT NOT NULL,
-    created_at TEXT NOT NULL
-);
-"""
+import sqlalchemy as sa
+from sqlalchemy import event
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+_EXCLUSIVE = "costmodel_exclusive"
+# One application-wide lock on PostgreSQL, for read-then-write sequences (one job at a
+# time, claiming a job, migrating): what BEGIN IMMEDIATE is on SQLite.
+_LOCK_KEY = zlib.crc32(b"costmodel.api.store")
 
 
 class Database:
-    """Opens connections to one SQLite file, creating it and its tables on first use.
+    """An engine on the store at `url`, migrated to the newest schema on first use.
 
     Example:
-        >>> db = Database(Path("/tmp/samples.sqlite3"))
+        >>> db = Database("sqlite:////tmp/samples.sqlite3")
         >>> with db.connect() as conn:
-        ...     conn.execute("SELECT count(*) FROM samples").fetchone()
+        ...     conn.execute(sa.text("SELECT count(*) FROM samples")).scalar()
     """
 
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
-        try:
-            # WAL is a property of the file: set once here, every later connection uses it.
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if mode != "wal":
-                raise sqlite3.OperationalError(f"{self.path} cannot use WAL (journal mode {mode})")
-            conn.executescript(SCHEMA)
-        finally:
-            conn.close()
+    def __init__(self, url: str | sa.URL) -> None:
+        self.url = sa.make_url(url)
+        self.dialect = self.url.get_backend_name()
+        if self.dialect == "sqlite":
+            Path(self.url.database).parent.mkdir(parents=True, exist_ok=True)
+            self.engine = sa.create_engine(self.url, connect_args={"timeout": 10.0})
+            _sqlite_transactions(self.engine)
+        else:
+            # pre_ping: a replica outlives a server restart without failing a request.
+            self.engine = sa.create_engine(self.url, pool_pre_ping=True, pool_size=2,
+                                           max_overflow=8)
+        self._upgrade()
 
     @contextmanager
-    def connect(self, immediate: bool = False) -> Iterator[sqlite3.Connection]:
+    def connect(self, exclusive: bool = False) -> Iterator[sa.Connection]:
         """A connection in one transaction: committed on success, rolled back on error.
 
-        `immediate` takes the write lock up front, for read-then-write sequences.
+        `exclusive` serializes the transaction with every other exclusive one (all
+        processes on the store), for read-then-write sequences.
         """
-        conn = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
-        try:
-            conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
-            try:
+        with self.engine.connect() as conn:
+            if exclusive:
+                conn.execution_options(**{_EXCLUSIVE: True})
+            with conn.begin():
+                if exclusive and self.dialect == "postgresql":
+                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"),
+                                 {"key": _LOCK_KEY})
                 yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-        finally:
-            conn.close()
+
+    def dispose(self) -> None:
+        """Close the pooled connections (a server counts them; a test makes many stores)."""
+        self.engine.dispose()
+
+    def _upgrade(self) -> None:
+        from alembic import command
+        from alembic.config import Config
+
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        with self.connect(exclusive=True) as conn:
+            config.attributes["connection"] = conn
+            command.upgrade(config, "head")
+
+
+def _sqlite_transactions(engine: sa.Engine) -> None:
+    """Let the store, not the sqlite3 module, say where a transaction begins (the
+    documented SQLAlchemy recipe), so a transaction can begin IMMEDIATE."""
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection, _record) -> None:
+        dbapi_connection.isolation_level = None
+        mode = dbapi_connection.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if mode != "wal":
+            raise sqlite3.OperationalError(f"{engine.url.database} cannot use WAL (journal "
+                                           f"mode {mode})")
+        dbapi_connection.execute("PRAGMA synchronous=FULL")
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: sa.Connection) -> None:
+        exclusive = conn.get_execution_options().get(_EXCLUSIVE)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if exclusive else "BEGIN")

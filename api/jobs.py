@@ -1,7 +1,13 @@
-"""Retrain job records and model promotions, kept in the service database.
+"""Retrain job records and model promotions, kept in the service store.
 
-Jobs live in SQLite rather than in memory because gunicorn runs several worker
-processes: the worker that started a job and the one asked for its status may differ.
+Jobs live in the store rather than in memory because several processes share them:
+gunicorn's workers, replicas on other hosts and retrain workers. The worker that
+accepted a job, the one asked for its status and the process that runs it may differ.
+
+A job is queued, then claimed by exactly one process (a web worker's thread, or a
+`costmodel retrain-worker`), which heartbeats while it runs it. A job whose process
+died (on this host: its pid is gone; anywhere: no heartbeat for RETRAIN_STALE_SECONDS)
+is marked failed, so it blocks no later job and the caller can start it again.
 """
 
 from __future__ import annotations
@@ -10,21 +16,25 @@ import json
 import math
 import os
 import socket
+import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
 from werkzeug.exceptions import Conflict
 
 from .db import Database
+from .tables import jobs, promotions
 
 STATUSES = ("queued", "running", "succeeded", "failed", "rejected")
 ACTIVE = ("queued", "running")
+DIED = "interrupted: the worker running it exited"
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+def _now(timespec: str = "seconds") -> str:
+    return datetime.now(timezone.utc).isoformat(timespec=timespec)
 
 
 def _alive(pid: int) -> bool:
@@ -38,39 +48,75 @@ def _alive(pid: int) -> bool:
 
 
 class JobStore:
-    """Creates, updates and reads retrain jobs; records which artifact each promotion put live.
+    """Creates, claims, updates and reads retrain jobs; records which artifact each
+    promotion put live.
 
     Example:
-        >>> job_id = JobStore(db).create({"backend": None, "target": None})
+        >>> store = JobStore(db)
+        >>> job_id = store.create({"backend": None, "target": None}, owned=False)
+        >>> store.claim()["id"] == job_id
+        True
     """
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, stale_seconds: float = 60.0) -> None:
         self.db = db
+        self.stale_seconds = float(stale_seconds)
         self.host = socket.gethostname()
 
-    def create(self, scope: dict[str, Any]) -> str:
-        """A new queued job; 409 Conflict while another job is queued or running."""
+    def create(self, scope: dict[str, Any], owned: bool = True) -> str:
+        """A new queued job; 409 Conflict while another job is queued or running.
+
+        `owned`: this process will run it (claim it by id); otherwise any retrain worker may.
+        """
         job_id = uuid.uuid4().hex[:16]
-        with self.db.connect(immediate=True) as conn:
+        with self.db.connect(exclusive=True) as conn:
             self._fail_orphans(conn)
-            active = conn.execute("SELECT id FROM jobs WHERE status IN (?, ?)", ACTIVE).fetchone()
+            active = conn.execute(sa.select(jobs.c.id).where(jobs.c.status.in_(ACTIVE))).first()
             if active is not None:
-                raise Conflict(f"retrain job {active['id']} is still running; one job at a time")
-            conn.execute(
-                "INSERT INTO jobs (id, status, progress, scope, host, pid, created_at)"
-                " VALUES (?, 'queued', 0, ?, ?, ?, ?)",
-                (job_id, json.dumps(scope), self.host, os.getpid(), _now()))
+                raise Conflict(f"retrain job {active.id} is still running; one job at a time")
+            owner = {"host": self.host, "pid": os.getpid(), "heartbeat_at": time.time()} \
+                if owned else {}
+            conn.execute(jobs.insert().values(id=job_id, status="queued", progress=0.0,
+                                              scope=json.dumps(scope), created_at=_now(),
+                                              **owner))
         return job_id
 
-    def _fail_orphans(self, conn) -> None:
-        # A job whose worker process has exited will never finish: say so instead of
-        # blocking every later job.
-        for row in conn.execute("SELECT id, host, pid FROM jobs WHERE status IN (?, ?)",
-                                ACTIVE).fetchall():
-            if row["host"] == self.host and not _alive(row["pid"]):
-                conn.execute("UPDATE jobs SET status = 'failed', error = ?, finished_at = ?"
-                             " WHERE id = ?",
-                             ("interrupted: the worker running it exited", _now(), row["id"]))
+    def claim(self, job_id: str | None = None) -> dict[str, Any] | None:
+        """Take a queued job for this process: `job_id`, or else the oldest one no process
+        owns. Returns `{"id", "scope"}`, or None when there is none to take."""
+        with self.db.connect(exclusive=True) as conn:
+            self._fail_orphans(conn)
+            query = sa.select(jobs.c.id, jobs.c.scope).where(jobs.c.status == "queued")
+            query = query.where(jobs.c.id == job_id) if job_id is not None else query.where(
+                jobs.c.pid.is_(None)).order_by(jobs.c.created_at, jobs.c.id).limit(1)
+            row = conn.execute(query).first()
+            if row is None:
+                return None
+            conn.execute(jobs.update().where(jobs.c.id == row.id).values(
+                status="running", host=self.host, pid=os.getpid(), heartbeat_at=time.time()))
+        return {"id": row.id, "scope": json.loads(row.scope)}
+
+    def heartbeat(self, job_id: str) -> None:
+        """Say this process still runs `job_id`."""
+        with self.db.connect() as conn:
+            conn.execute(jobs.update().where(jobs.c.id == job_id, jobs.c.pid == os.getpid())
+                         .values(heartbeat_at=time.time()))
+
+    def _fail_orphans(self, conn: sa.Connection) -> None:
+        # A job whose process has exited will never finish: say so instead of blocking
+        # every later job. Jobs nobody owns yet wait for a retrain worker.
+        stale = time.time() - self.stale_seconds
+        for row in conn.execute(sa.select(jobs.c.id, jobs.c.host, jobs.c.pid, jobs.c.heartbeat_at)
+                                .where(jobs.c.status.in_(ACTIVE), jobs.c.pid.is_not(None))).all():
+            if row.host == self.host and not _alive(row.pid):
+                error = DIED
+            elif row.heartbeat_at is not None and row.heartbeat_at < stale:
+                error = (f"interrupted: no heartbeat from its worker ({row.host}, pid "
+                         f"{row.pid}) for {self.stale_seconds:g} s")
+            else:
+                continue
+            conn.execute(jobs.update().where(jobs.c.id == row.id).values(
+                status="failed", error=error, finished_at=_now()))
 
     def update(self, job_id: str, *, status: str | None = None, progress: float | None = None,
                results: list[dict] | None = None, error: str | None = None) -> None:
@@ -86,52 +132,60 @@ class JobStore:
             fields["results"] = json.dumps(results)
         if error is not None:
             fields["error"] = error
-        assignments = ", ".join(f"{name} = ?" for name in fields)
         with self.db.connect() as conn:
-            conn.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*fields.values(), job_id))
+            conn.execute(jobs.update().where(jobs.c.id == job_id).values(**fields))
 
     def get(self, job_id: str) -> dict[str, Any] | None:
         """The job as the API reports it, or None."""
         with self.db.connect() as conn:
-            row = conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            row = conn.execute(sa.select(jobs).where(jobs.c.id == job_id)).first()
         if row is None:
             return None
-        results = json.loads(row["results"])
+        results = json.loads(row.results)
         return {
-            "job": row["id"],
-            "status": row["status"],
-            "progress": row["progress"],
-            "scope": json.loads(row["scope"]),
+            "job": row.id,
+            "status": row.status,
+            "progress": row.progress,
+            "scope": json.loads(row.scope),
             "swapped": any(r.get("swapped") for r in results),
             # "current": the score the candidate had to beat (see training.promotion)
             "scores": {_label(r): {"new": _finite(r.get("score_new")),
                                    "current": _finite(r.get("score_to_beat"))} for r in results},
             "results": results,
-            "error": row["error"],
-            "created_at": row["created_at"],
-            "finished_at": row["finished_at"],
+            "error": row.error,
+            "created_at": row.created_at,
+            "finished_at": row.finished_at,
         }
 
-    def promote(self, backend: str, target: str, path: Path, job_id: str) -> int:
-        """Record that the artifact at `path` is now live for (backend, target); its id."""
+    def promote(self, backend: str, target: str, path: Path, job_id: str,
+                results: list[dict]) -> int:
+        """Record that the artifact at `path` is now live for (backend, target), and the
+        job's results that say so, in one transaction; the promotion's id."""
         with self.db.connect() as conn:
-            cursor = conn.execute(
-                "INSERT INTO promotions (backend, target, path, job, created_at)"
-                " VALUES (?, ?, ?, ?, ?)", (backend, target, str(path), job_id, _now()))
-            return int(cursor.lastrowid)
+            if self.db.dialect == "postgresql":
+                # Ids come from a sequence, handed out before commit: without the lock a
+                # later id could commit first and a replica that saw it skip this one.
+                conn.execute(sa.text("LOCK TABLE promotions IN EXCLUSIVE MODE"))
+            promotion_id = conn.execute(promotions.insert().values(
+                backend=backend, target=target, path=str(path), job=job_id,
+                created_at=_now("microseconds"))).inserted_primary_key[0]
+            conn.execute(jobs.update().where(jobs.c.id == job_id).values(
+                results=json.dumps(results)))
+        return int(promotion_id)
 
     def latest_promotion_id(self) -> int:
         with self.db.connect() as conn:
-            return int(conn.execute("SELECT coalesce(max(id), 0) FROM promotions").fetchone()[0])
+            return int(conn.execute(sa.select(sa.func.coalesce(sa.func.max(promotions.c.id), 0)))
+                       .scalar())
 
     def promotions_after(self, promotion_id: int) -> list[dict[str, Any]]:
         """The newest promotion per (backend, target) with an id above `promotion_id`."""
+        latest = (sa.select(sa.func.max(promotions.c.id).label("id"))
+                  .group_by(promotions.c.backend, promotions.c.target).subquery())
+        query = (sa.select(promotions).join(latest, promotions.c.id == latest.c.id)
+                 .where(promotions.c.id > promotion_id).order_by(promotions.c.id))
         with self.db.connect() as conn:
-            rows = conn.execute(
-                "SELECT p.* FROM promotions p JOIN (SELECT backend, target, max(id) AS id"
-                " FROM promotions GROUP BY backend, target) latest ON p.id = latest.id"
-                " WHERE p.id > ? ORDER BY p.id", (promotion_id,)).fetchall()
-        return [dict(row) for row in rows]
+            return [dict(row._mapping) for row in conn.execute(query)]
 
 
 def _label(result: dict[str, Any]) -> str:

@@ -1,4 +1,5 @@
-"""Measured compiles sent by users: validated, stored in SQLite, and served as dataset rows."""
+"""Measured compiles sent by users: validated, stored in the service store, and served as
+dataset rows."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 import psutil
+import sqlalchemy as sa
 from flask import Blueprint, current_app, url_for
 from werkzeug.exceptions import NotFound
 
@@ -21,6 +23,7 @@ from .auth import require_token
 from .db import Database
 from .errors import ValidationError, json_object
 from .sample_schemas import MAX_SAMPLE_FEATURE, MEMORY_MARGIN, ROW_ENVIRONMENT
+from .tables import samples
 from .validation import parse, program_features
 
 LABEL_FIELDS = ("compile_seconds", "peak_rss_bytes", "executable_memory_bytes")  # stored
@@ -49,23 +52,23 @@ class SampleStore:
         sample_id = uuid.uuid4().hex
         values = {n: _json_number(features.values[n]) for n in ALL_FEATURES}
         with self.db.connect() as conn:
-            conn.execute(
-                "INSERT INTO samples (id, created_at, backend, target, schema_version, source,"
-                " program_sha256, features, compile_seconds, peak_rss_bytes,"
-                " executable_memory_bytes, environment) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (sample_id, _now(), features.backend, features.target, features.schema_version,
-                 source, program_sha256, json.dumps(values), labels["compile_seconds"],
-                 labels.get("peak_rss_bytes"), labels.get("executable_memory_bytes"),
-                 json.dumps(environment, sort_keys=True)))
+            conn.execute(samples.insert().values(
+                id=sample_id, created_at=_now(), backend=features.backend,
+                target=features.target, schema_version=features.schema_version, source=source,
+                program_sha256=program_sha256, features=json.dumps(values),
+                compile_seconds=labels["compile_seconds"],
+                peak_rss_bytes=labels.get("peak_rss_bytes"),
+                executable_memory_bytes=labels.get("executable_memory_bytes"),
+                environment=json.dumps(environment, sort_keys=True)))
         return sample_id
 
     def count(self) -> int:
         with self.db.connect() as conn:
-            return int(conn.execute("SELECT count(*) FROM samples").fetchone()[0])
+            return int(conn.execute(sa.select(sa.func.count()).select_from(samples)).scalar())
 
     def get(self, sample_id: str) -> dict[str, Any] | None:
         with self.db.connect() as conn:
-            row = conn.execute("SELECT * FROM samples WHERE id = ?", (sample_id,)).fetchone()
+            row = conn.execute(sa.select(samples).where(samples.c.id == sample_id)).first()
         return None if row is None else _decoded(row)
 
     def rows(self) -> pd.DataFrame:
@@ -73,13 +76,14 @@ class SampleStore:
         from costmodel.features import SCHEMA_VERSION
 
         with self.db.connect() as conn:
-            stored = conn.execute("SELECT * FROM samples WHERE schema_version = ? ORDER BY"
-                                  " created_at, id", (SCHEMA_VERSION,)).fetchall()
+            stored = conn.execute(sa.select(samples).where(
+                samples.c.schema_version == SCHEMA_VERSION).order_by(
+                samples.c.created_at, samples.c.id)).all()
         return pd.DataFrame([_dataset_row(_decoded(row)) for row in stored])
 
 
-def _decoded(row: Any) -> dict[str, Any]:
-    out = dict(row)
+def _decoded(row: sa.Row) -> dict[str, Any]:
+    out = dict(row._mapping)
     out["features"] = json.loads(out["features"])
     out["environment"] = json.loads(out["environment"])
     return out

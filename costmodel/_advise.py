@@ -88,6 +88,7 @@ def _scan_alternative(features: Features, traced, model) -> Alternative | None:
     rewritten = _rewrite.as_scan(traced.jaxpr, block["start"], size, repeats)
     if rewritten is None:
         return None
+    rewritten = _rewrite.scan_remaining(*rewritten, min_repeats=MIN_REPEATS)
     seconds = _predict_program(*rewritten, features.backend, features.target, model)
     where = f" starting at {block['source']}" if block.get("source") else ""
     idiom = LAYER_IDIOMS.get(block.get("library", ""), "")

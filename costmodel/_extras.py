@@ -6,7 +6,10 @@ from __future__ import annotations
 EXTRA_OF = {
     **dict.fromkeys(("sklearn", "scipy", "pandas", "joblib", "psutil", "tqdm", "pyarrow",
                      "matplotlib", "threadpoolctl"), "train"),
-    **dict.fromkeys(("flask", "gunicorn", "werkzeug", "pydantic", "pydantic_core"), "serve"),
+    **dict.fromkeys(("flask", "gunicorn", "werkzeug", "pydantic", "pydantic_core", "sqlalchemy",
+                     "alembic"), "serve"),
+    "psycopg": "postgres",
+    **dict.fromkeys(("dask", "distributed"), "dask"),  # `costmodel sweep --dask`
 }
 
 

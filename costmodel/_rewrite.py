@@ -11,6 +11,11 @@ import os
 from dataclasses import dataclass
 
 _JIT_PRIMITIVES = {"jit", "pjit", "closed_call", "core_call"}
+MIN_SCANNED = 2  # a scan over fewer steps than this is no rewrite
+MAX_SCANS = 4    # unrolled runs scanned in one program: a loop and its gradient are two
+_DATA_MOVEMENT = {"slice", "squeeze", "reshape", "broadcast_in_dim", "concatenate", "stack",
+                  "dynamic_slice", "dynamic_update_slice", "transpose", "copy", "rev",
+                  "convert_element_type"}
 
 
 def _eval_eqns(eqns, env: dict) -> None:
@@ -105,13 +110,25 @@ def as_scan(closed_jaxpr, start: int, size: int, repeats: int):
     jaxpr = closed_jaxpr.jaxpr
     eqns = jaxpr.eqns
     plan = plan_scan(eqns, start, size, repeats)
+    if plan is None and repeats - 1 >= MIN_SCANNED:
+        # The first repeat may read an initial value as a literal (an optimizer's step
+        # count of 0), so it has one input fewer: leave it unrolled, scan the rest.
+        start, repeats = start + size, repeats - 1
+        plan = plan_scan(eqns, start, size, repeats)
     if plan is None or "carry" not in plan.kinds:
         return None
     blocks = [eqns[start + k * size: start + (k + 1) * size] for k in range(repeats)]
     ios = [_block_io(b) for b in blocks]
     end = start + size * repeats
     first_inputs, first_outputs = ios[0]
-    last_outputs = ios[-1][1]
+    # Stack only the per-step values read after the loop, as a hand-written scan would:
+    # every intermediate as a scan output inflates the program predicted for the scan.
+    # (the last step's carried values come out of the scan as its final carry).
+    used = _read_by(eqns[end:], jaxpr.outvars)
+    carried = {plan.carry_source[i] for i, kind in enumerate(plan.kinds) if kind == "carry"}
+    stacked = [j for j in range(len(first_outputs))
+               if any(ios[k][1][j] in used
+                      for k in range(repeats - 1 if j in carried else repeats))]
 
     def fn(*args):
         env = dict(zip(jaxpr.constvars, closed_jaxpr.consts))
@@ -134,23 +151,54 @@ def as_scan(closed_jaxpr, start: int, size: int, repeats: int):
                 local[first_inputs[i]] = value
             _eval_eqns(blocks[0], local)
             new_carry = [local[first_outputs[plan.carry_source[i]]] for i in idx["carry"]]
-            return new_carry, [local[o] for o in first_outputs]
+            return new_carry, [local[first_outputs[j]] for j in stacked]
 
         final, ys = lax.scan(body, carry0, xs, length=repeats)
         for i, value in zip(idx["carry"], final):
-            env[last_outputs[plan.carry_source[i]]] = value
-        for j, out in enumerate(last_outputs):
-            if out not in env:
-                env[out] = ys[j][-1]
-        # outputs of earlier blocks used after the loop come from the stacked ys
-        for k in range(repeats - 1):
-            for j, out in enumerate(ios[k][1]):
-                env.setdefault(out, ys[j][k])
+            env[ios[-1][1][plan.carry_source[i]]] = value
+        # other outputs of any block used after the loop come from the stacked ys
+        for k in range(repeats):
+            for j, y in zip(stacked, ys):
+                env.setdefault(ios[k][1][j], y[k])
         _eval_eqns(eqns[end:], env)
         return [_reader(env)(v) for v in jaxpr.outvars]
 
     shapes = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in jaxpr.invars]
     return fn, shapes
+
+
+def scan_remaining(fn, shapes, min_repeats: int):
+    """`(fn, shapes)` with the unrolled runs still left in it scanned too, longest first.
+
+    The gradient of an unrolled loop repeats twice, forward and backward, and a user's
+    `lax.scan` (or `nn.scan`, `hk.dynamic_unroll`) turns both into loops; scanning one of
+    them alone is not what they would compile.
+    """
+    import jax
+
+    from costmodel.features.jaxpr import repeated_block
+
+    for _ in range(MAX_SCANS - 1):
+        closed = jax.jit(fn).trace(*shapes).jaxpr
+        eqns = closed.jaxpr.eqns
+        size, repeats, start = repeated_block(
+            eqns, [*closed.jaxpr.constvars, *closed.jaxpr.invars])
+        # the rows an earlier scan's outputs are read back by repeat too: glue, not a loop
+        glue = all(e.primitive.name in _DATA_MOVEMENT for e in eqns[start:start + size])
+        rewritten = (as_scan(closed, start, size, repeats)
+                     if repeats >= min_repeats and not glue else None)
+        if rewritten is None:
+            break
+        fn, shapes = rewritten
+    return fn, shapes
+
+
+def _read_by(eqns, outvars) -> set:
+    """The vars (not literals) that `eqns` read or the program returns."""
+    from jax.extend.core import Literal
+
+    return {v for eqn in eqns for v in eqn.invars if not isinstance(v, Literal)} | {
+        v for v in outvars if not isinstance(v, Literal)}
 
 
 def constants_as_arguments(closed_jaxpr):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
 import pandas as pd
 import pytest
+import stores
 
 from costmodel.features import MODEL_FEATURES
 
@@ -42,3 +44,43 @@ def make_rows(ops: np.ndarray, seed: int = 0, families: int = 4) -> pd.DataFrame
 def synthetic_rows():
     """Factory of exact synthetic dataset rows: `synthetic_rows(ops, seed=0, families=4)`."""
     return make_rows
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_store_from_the_shell():
+    """No test reaches a store that the environment pytest runs in names; `store` sets one."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv(stores.URL_ENV, raising=False)
+        yield
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A PostgreSQL server for the session (see tests/stores.py); skipped without one
+    unless COSTMODEL_REQUIRE_POSTGRES is set."""
+    with stores.postgres_server() as url:
+        yield url
+
+
+def _store_url(request, kind: str):
+    if kind == "sqlite":
+        return contextlib.nullcontext(None)
+    return stores.fresh_postgres(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture(params=stores.KINDS)
+def store(request, monkeypatch):
+    """Run the test on each store: "sqlite" (the default file at SAMPLES_DB) and
+    "postgresql" (a fresh schema, named to the service by COSTMODEL_DATABASE_URL)."""
+    with _store_url(request, request.param) as url:
+        if url is not None:
+            monkeypatch.setenv(stores.URL_ENV, url)
+        yield request.param
+
+
+@pytest.fixture(scope="module", params=stores.KINDS)
+def module_store(request):
+    """(kind, DATABASE_URL or None for SQLite) shared by a module's tests, for servers
+    started once per module."""
+    with _store_url(request, request.param) as url:
+        yield request.param, url

@@ -34,7 +34,8 @@ from test_api_support import (
 from threadpoolctl import threadpool_limits
 
 from costmodel.api import create_app
-from costmodel.api.retrain import TRAINING_ROWS_FILE, holdout_split, training_frame
+from costmodel.api.retrain_job import TRAINING_ROWS_FILE, holdout_split, training_frame
+from costmodel.api.tables import jobs as jobs_table
 from costmodel.features import ALL_FEATURES, MODEL_FEATURES, SCHEMA_VERSION
 from costmodel.models import load
 from costmodel.training.evaluation.evaluate import holdout_score
@@ -81,6 +82,11 @@ def wrong_model(tmp_path_factory):
 @pytest.fixture(scope="module")
 def good_data(tmp_path_factory):
     return write_data(tmp_path_factory.mktemp("data") / "cpu.parquet", rows(30, seed=2))
+
+
+@pytest.fixture(autouse=True)
+def _each_store(store):
+    """Every test here runs on SQLite and on PostgreSQL (conftest's `store`)."""
 
 
 def _client(tmp_path, model, **overrides):
@@ -291,7 +297,8 @@ def test_one_job_at_a_time_and_orphans_are_failed(tmp_path, wrong_model, good_da
         409, "Conflict", f"retrain job {running} is still running; one job at a time"))
     # the same job left behind by a worker that died
     with jobs.db.connect() as conn:
-        conn.execute("UPDATE jobs SET pid = ? WHERE id = ?", (_dead_pid(), running))
+        conn.execute(jobs_table.update().where(jobs_table.c.id == running).values(
+            pid=_dead_pid()))
     job_id = _start(client)
     assert _job(client)(running)["status"] == "failed"
     assert _job(client)(running)["error"] == "interrupted: the worker running it exited"

@@ -5,17 +5,11 @@ from __future__ import annotations
 import http.client
 import importlib.util
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
+from servers import HOST, READ_TIMEOUT, Server
 from test_api_support import (
     SAMPLES_TOKEN,
     TOKEN,
@@ -33,8 +27,6 @@ from test_api_support import (
 import costmodel
 from costmodel.models import load
 
-HOST = "127.0.0.1"
-READ_TIMEOUT = 2.0
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -49,69 +41,18 @@ def _faults():
 faults = _faults()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
-
-
-class Server:
-    """A `costmodel.api.serve` subprocess and a tiny urllib client for it."""
-
-    def __init__(self, tmp, config: dict) -> None:
-        self.port = _free_port()
-        self.log = tmp / "server.log"
-        script = ("import json, sys\nfrom costmodel.api import serve\n"
-                  "serve(sys.argv[1], int(sys.argv[2]), workers=2, "
-                  f"read_timeout={READ_TIMEOUT}, config=json.loads(sys.argv[3]))\n")
-        with open(self.log, "wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-c", script, HOST, str(self.port), json.dumps(config)],
-                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
-
-    def request(self, method: str, path: str, body=None, headers=None) -> tuple[int, dict]:
-        data = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json", **(headers or {})}
-        req = urllib.request.Request(f"http://{HOST}:{self.port}{path}", data=data,
-                                     headers=headers, method=method)
-        try:
-            with urllib.request.urlopen(req, timeout=60) as response:
-                return response.status, json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read())
-
-    def wait_ready(self, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited: {self.log.read_text()[-3000:]}")
-            try:
-                if self.request("GET", "/readyz")[0] == 200:
-                    return
-            except (OSError, http.client.HTTPException):
-                pass
-            time.sleep(0.2)
-        raise TimeoutError(f"server not ready: {self.log.read_text()[-3000:]}")
-
-    def stop(self) -> int:
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return self.process.wait(10)
-
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     return train_artifact(tmp_path_factory.mktemp("model") / "cpu", seed=1, scale=30.0)
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, model_dir):
+def server(tmp_path_factory, model_dir, module_store):
+    """The service on each store (conftest's `module_store`): every test here runs twice."""
     tmp = tmp_path_factory.mktemp("server")
     data = write_data(tmp / "cpu.parquet", rows(30, seed=2))
-    server = Server(tmp, {
+    database = {} if module_store[1] is None else {"DATABASE_URL": module_store[1]}
+    server = Server(tmp, {**database,
         "SAMPLES_DB": str(tmp / "samples.sqlite3"), "RETRAIN_DIR": str(tmp / "retrained"),
         "MODEL_PATHS": {"cpu": str(model_dir)}, "TRAINING_DATA": [str(data)],
         "RETRAIN_TOKEN": TOKEN, "SAMPLES_TOKEN": SAMPLES_TOKEN, "RETRAIN_MIN_ROWS": 10,
@@ -120,7 +61,7 @@ def server(tmp_path_factory, model_dir):
         server.wait_ready()
         yield server
     finally:
-        assert server.stop() == 0, server.log.read_text()[-3000:]
+        assert server.stop() == 0, server.output()
 
 
 def test_serves_predictions_identical_to_the_library(server, model_dir):

@@ -52,7 +52,7 @@ def test_predict_command_json(capsys, tmp_path):
 def test_every_command_has_help():
     parser = cli.build_parser()
     for name in ("demo", "predict", "advise", "sweep", "train", "evaluate", "calibrate",
-                 "serve", "export"):
+                 "serve", "retrain-worker", "export"):
         with pytest.raises(SystemExit) as info:
             parser.parse_args([name, "--help"])
         assert info.value.code == 0
@@ -137,7 +137,7 @@ def test_target_help_offers_only_shipped_models():
 
 def test_every_help_shows_the_defaults():
     commands = cli.build_parser()._subparsers._group_actions[0].choices
-    assert len(commands) == 12
+    assert len(commands) == 13
     for name, parser in commands.items():
         text = " ".join(parser.format_help().split())
         options = [a for a in parser._actions
@@ -230,3 +230,26 @@ def test_record_without_its_extra_says_what_to_install(monkeypatch, tmp_path):
                                           r"\(psutil missing\): pip install 'costmodel\[train\]'"):
         with costmodel.record(tmp_path / "rows.jsonl"):
             pass
+
+
+def test_retrain_worker_uses_the_configured_store_and_fails_orphans(monkeypatch, tmp_path):
+    from costmodel.api.db import Database
+    from costmodel.api.jobs import DIED, JobStore
+    from costmodel.api.tables import jobs
+
+    path = tmp_path / "store.sqlite3"
+    monkeypatch.setenv("COSTMODEL_SAMPLES_DB", str(path))
+    store = JobStore(Database(f"sqlite:///{path}"))
+    orphan = store.create({"backend": None, "target": None})
+    with store.db.connect() as conn:  # its web worker died before running it
+        conn.execute(jobs.update().values(pid=_dead_pid()))
+    assert cli.main(["retrain-worker", "--once", "--poll", "0.1"]) == 0
+    assert (store.get(orphan)["status"], store.get(orphan)["error"]) == ("failed", DIED)
+
+
+def _dead_pid() -> int:
+    import subprocess
+
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid

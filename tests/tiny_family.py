@@ -1,5 +1,7 @@
 """A tiny corpus family for sweep tests (imported by path into measurement processes)."""
 
+import time
+
 import jax
 import jax.numpy as jnp
 
@@ -18,3 +20,19 @@ if "tiny_test" not in corpus.FAMILIES:
     corpus.register(corpus.Family(
         name="tiny_test", description="n sin+add steps on an 8-vector",
         build=_build, grid=tuple({"n": n} for n in (1, 2, 3, 4))))
+
+if "tiny_many" not in corpus.FAMILIES:  # enough programs for timing comparisons
+    corpus.register(corpus.Family(
+        name="tiny_many", description="n sin+add steps on an 8-vector, 12 sizes",
+        build=_build, grid=tuple({"n": n} for n in range(1, 13))))
+
+
+def _slow(seconds: float):
+    time.sleep(seconds)  # a program that takes long to build, for time-limit tests
+    return _build(1)
+
+
+if "tiny_slow" not in corpus.FAMILIES:
+    corpus.register(corpus.Family(
+        name="tiny_slow", description="sleeps before building one sin+add step",
+        build=_slow, grid=({"seconds": 60.0},)))

@@ -1,4 +1,5 @@
-"""The `costmodel` command: demo, predict, advise, sweep, train, evaluate, calibrate, serve."""
+"""The `costmodel` command: demo, predict, advise, sweep, train, evaluate, calibrate, serve,
+retrain-worker."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 
 from .common import Parser, UsageError, count, port, positive, seconds, shipped_models
 from .program_commands import cmd_advise, cmd_blame, cmd_demo, cmd_predict, cmd_profile
-from .serve_commands import cmd_serve
+from .serve_commands import cmd_retrain_worker, cmd_serve
 from .training_commands import (
     cmd_calibrate,
     cmd_convert_model,
@@ -83,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--families", nargs="*", help="families to measure (default: all)")
     p.add_argument("--out", required=True, help="folder of JSON-lines shards")
     p.add_argument("--budget-minutes", type=positive, default=None,
-                   help="stop starting programs after this many minutes")
+                   help="stop starting programs after this many minutes; one still "
+                        "running then is killed, writes no row and is measured next run")
     p.add_argument("--workers", type=count, default=1,
                    help="concurrent measurements (1 keeps timings clean on 2 cores)")
     p.add_argument("--timeout", type=seconds, default=300.0, help="seconds per program")
@@ -94,7 +96,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "resumes them")
     p.add_argument("--module", action="append", default=[],
                    help="import this module first (registers your own families)")
-    p.add_argument("--dask", default=None, help="dask.distributed scheduler address")
+    p.add_argument("--dask", default=None,
+                   help="dask.distributed scheduler address; each worker must run one "
+                        "compile at a time (one thread or `--resources compile=1`), GPU "
+                        "backends go to workers declaring `gpu=1` (README, Sweeps on a "
+                        "cluster)")
+    p.add_argument("--allow-concurrent", action="store_true",
+                   help="with --dask, measure on workers that run several compiles at "
+                        "once (warns: their timings are inflated)")
+    p.add_argument("--any-worker", action="store_true",
+                   help="with --dask and a GPU backend, measure on every worker, deviceless "
+                        "where it has no GPU (rows say `deviceless`), not only on workers "
+                        "declaring gpu=1")
     p.add_argument("--retry-errors", action="store_true", help="re-measure error rows")
 
     p = add("train", cmd_train, "fit a model from dataset files and write an artifact")
@@ -128,6 +141,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", action="append", default=[],
                    help="serve this model folder for the backend and target it was trained "
                         "for, instead of the shipped one; repeat per model")
+
+    p = add("retrain-worker", cmd_retrain_worker,
+            "run the retrain jobs queued in the service store (COSTMODEL_DATABASE_URL), one "
+            "at a time")
+    p.add_argument("--model", action="append", default=[],
+                   help="the model folder the service serves for its backend and target, as "
+                        "`serve --model` names it: candidates must beat it; repeat per model")
+    p.add_argument("--poll", type=seconds, default=1.0,
+                   help="seconds between looks for a queued job when none is")
+    p.add_argument("--once", action="store_true", help="exit once no job is queued")
 
     p = add("export", cmd_export, "compact dataset shards into one parquet file")
     p.add_argument("--data", nargs="+", required=True, help="dataset files or folders")

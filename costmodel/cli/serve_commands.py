@@ -1,4 +1,5 @@
-"""`costmodel serve`: the HTTP API on the shipped or named models."""
+"""`costmodel serve`: the HTTP API on the shipped or named models; `costmodel
+retrain-worker`: the process that runs its queued retrain jobs."""
 
 from __future__ import annotations
 
@@ -34,3 +35,15 @@ def cmd_serve(args) -> int:
     return 0
 
 
+
+
+def cmd_retrain_worker(args) -> int:
+    import logging
+
+    from costmodel.api.retrain_worker import run_worker
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    models = served_models(args.model)
+    run_worker(None if models is None else {"MODEL_PATHS": models}, poll_seconds=args.poll,
+               once=args.once)
+    return 0

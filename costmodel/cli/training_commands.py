@@ -13,6 +13,7 @@ from .common import UsageError, backend_and_target, emit, import_user_module, wh
 
 
 def cmd_sweep(args) -> int:
+    from costmodel.training.measure.cluster import ClusterRefused
     from costmodel.training.measure.sweep import SweepConfig, run_sweep
 
     backend, target = backend_and_target(args.backend, args.target)
@@ -24,12 +25,17 @@ def cmd_sweep(args) -> int:
         budget_minutes=args.budget_minutes, workers=args.workers, timeout=args.timeout,
         memory_limit=int(args.memory_limit_gb * 2**30), limit=args.limit,
         modules=tuple(args.module), dask_address=args.dask, retry_errors=args.retry_errors,
+        allow_concurrent=args.allow_concurrent, any_worker=args.any_worker,
         progress=not args.json)
-    summary = run_sweep(config)
+    try:
+        summary = run_sweep(config)
+    except ClusterRefused as exc:  # the cluster's set-up, not a fault of the sweep
+        raise UsageError(str(exc)) from None
     data = {"planned": summary.planned, "skipped": summary.skipped,
             "measured": summary.measured, "statuses": dict(summary.statuses),
             "seconds": round(summary.seconds, 1), "shard": summary.shard,
-            "stopped_by_budget": summary.stopped_by_budget}
+            "stopped_by_budget": summary.stopped_by_budget,
+            "cut_by_budget": summary.cut_by_budget}
     emit(data, args.json, " ".join(f"{k}={v}" for k, v in data.items()))
     return 0
 

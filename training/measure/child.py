@@ -18,6 +18,8 @@ RESULT_PREFIX = "COSTMODEL_RESULT "
 def configure(spec: dict) -> None:
     """Environment switches a measurement process needs, set before jax is imported."""
     os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
+    if spec.get("cpus"):  # before the backend starts: XLA sizes its threads by them
+        os.sched_setaffinity(0, spec["cpus"])
     if spec.get("backend", "cpu") == "cpu":
         os.environ["JAX_PLATFORMS"] = "cpu"
     else:

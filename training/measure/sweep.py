@@ -5,16 +5,18 @@ by the driving process the moment a measurement returns, so `kill -9` of the swe
 at most the programs in flight, and rerunning the same command skips every key already
 in the output folder. Workers only wait on their measurement processes, so local
 parallelism uses threads; `dask_address` runs the same function on a dask.distributed
-cluster through joblib's Dask backend.
+cluster, one measurement at a time per worker (`cluster.py` holds the rules).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import random
 import time
-from collections import Counter
+from collections import Counter, deque
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +47,8 @@ class SweepConfig:
     limit: int | None = None
     seed: int = 0
     dask_address: str | None = None
+    allow_concurrent: bool = False  # admit dask workers that run compiles side by side
+    any_worker: bool = False  # GPU backend on dask: also workers without a GPU (deviceless)
     progress: bool = True
     retry_errors: bool = False
 
@@ -58,6 +62,7 @@ class SweepSummary:
     seconds: float = 0.0
     shard: str = ""
     stopped_by_budget: bool = False
+    cut_by_budget: int = 0  # killed in flight at the budget's end; no row, measured next run
 
 
 def plan(config: SweepConfig) -> tuple[list[tuple[str, dict]], int]:
@@ -85,12 +90,20 @@ def plan(config: SweepConfig) -> tuple[list[tuple[str, dict]], int]:
 
 
 def measure_program(family: str, params: dict, backend: str, target: str, timeout: float,
-                    memory_limit: int, max_repeats: int, modules: tuple[str, ...] = ()) -> dict:
-    """Measure one program in a fresh process and return its dataset row (any status)."""
+                    memory_limit: int, max_repeats: int, modules: tuple[str, ...] = (),
+                    cpus: tuple[int, ...] | None = None) -> dict:
+    """Measure one program in a fresh process and return its dataset row (any status).
+
+    With `cpus`, the measurement process runs on those CPUs only, and the row says so.
+    """
     spec = {"family": family, "params": params, "backend": backend, "target": target,
             "max_repeats": max_repeats, "modules": list(modules)}
+    env = environment()
+    if cpus:
+        spec["cpus"] = list(cpus)
+        env["cpu_count"] = len(cpus)
     result = run_child(spec, timeout=timeout, memory_limit=memory_limit)
-    return dataset.make_row(family, params, backend, target, result, environment())
+    return dataset.make_row(family, params, backend, target, result, env)
 
 
 def _shard_path(config: SweepConfig) -> Path:
@@ -98,9 +111,45 @@ def _shard_path(config: SweepConfig) -> Path:
     return Path(config.out) / f"rows-{name}-{platform.node()}-{os.getpid()}.jsonl"
 
 
+class _ThreadPool:
+    """Local measurements on threads: each only waits on its own measurement process."""
+
+    def __init__(self, workers: int) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=workers)
+        self._workers = workers
+
+    def slots(self) -> int:
+        return self._workers
+
+    def submit(self, measure, *args):
+        return self._pool.submit(measure, *args)
+
+    def close(self) -> None:
+        self._pool.shutdown(cancel_futures=True)
+
+
+def _pool(config: SweepConfig):
+    if not config.dask_address:
+        return _ThreadPool(config.workers)
+    from .dask_pool import DaskPool
+
+    needs_gpu = config.backend == "gpu" and not config.any_worker
+    return DaskPool(config.dask_address, needs_gpu, config.allow_concurrent)
+
+
 def run_sweep(config: SweepConfig) -> SweepSummary:
-    """Run (or resume) a sweep; returns what happened. Rows land in `config.out`."""
-    from joblib import Parallel, delayed, parallel_config
+    """Run (or resume) a sweep; returns what happened. Rows land in `config.out`.
+
+    No more programs are in flight than the pool has slots (threads, or admitted dask
+    workers), and each is given at most the budget left when it starts as its time
+    limit, so `budget_minutes` bounds the measurements in flight as well as the number
+    started. A program killed by the budget rather than by its own timeout writes no
+    row: the next run measures it.
+
+    Raises:
+        ClusterRefused: on a dask cluster that would time compiles side by side or has
+            no worker for this backend (`cluster.admit`).
+    """
     from tqdm import tqdm
 
     todo, skipped = plan(config)
@@ -108,44 +157,45 @@ def run_sweep(config: SweepConfig) -> SweepSummary:
     if not todo:
         return summary
     started = time.monotonic()
-    deadline = started + 60 * config.budget_minutes if config.budget_minutes else None
-
-    def tasks():
-        for family, params in todo:
-            if deadline is not None and time.monotonic() > deadline:
-                summary.stopped_by_budget = True
-                return
-            yield delayed(measure_program)(family, params, config.backend, config.target,
-                                           config.timeout, config.memory_limit,
-                                           config.max_repeats, tuple(config.modules))
-
+    deadline = started + 60 * config.budget_minutes if config.budget_minutes else math.inf
     shard = _shard_path(config)
     summary.shard = str(shard)
-    client = None
-    if config.dask_address:
-        from distributed import Client
-
-        client = Client(config.dask_address)
-        backend = parallel_config(backend="dask")
-        n_jobs = -1
-    else:
-        backend = parallel_config(backend="threading")
-        n_jobs = config.workers
+    queue = deque(todo)
+    in_flight: dict = {}  # future -> the time limit its measurement was given
+    pool = _pool(config)
     try:
-        with backend, dataset.ShardWriter(shard) as writer, tqdm(
+        with dataset.ShardWriter(shard) as writer, tqdm(
                 total=len(todo), disable=not config.progress, unit="prog",
                 desc=f"sweep {config.backend}{'/' + config.target if config.target else ''}") as bar:
-            runner = Parallel(n_jobs=n_jobs, return_as="generator_unordered",
-                              pre_dispatch="n_jobs")
-            for row in runner(tasks()):
-                writer.append(row)
-                summary.measured += 1
-                summary.statuses[row["status"]] += 1
-                bar.set_postfix_str(f"{row['family']} {row['status']} "
-                                    f"{row.get('compile_seconds') or 0:.2f}s", refresh=False)
-                bar.update()
+            while queue or in_flight:
+                while queue and len(in_flight) < pool.slots():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        summary.stopped_by_budget = True
+                        queue.clear()
+                        break
+                    family, params = queue.popleft()
+                    timeout = min(config.timeout, left)
+                    future = pool.submit(measure_program, family, params, config.backend,
+                                         config.target, timeout, config.memory_limit,
+                                         config.max_repeats, tuple(config.modules))
+                    in_flight[future] = timeout
+                if not in_flight:
+                    break
+                done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+                for future in done:
+                    limit = in_flight.pop(future)
+                    row = future.result()
+                    if row["status"] == "timeout" and limit < config.timeout:
+                        summary.cut_by_budget += 1
+                        continue
+                    writer.append(row)
+                    summary.measured += 1
+                    summary.statuses[row["status"]] += 1
+                    bar.set_postfix_str(f"{row['family']} {row['status']} "
+                                        f"{row.get('compile_seconds') or 0:.2f}s", refresh=False)
+                    bar.update()
     finally:
-        if client is not None:
-            client.close()
+        pool.close()
     summary.seconds = time.monotonic() - started
     return summary
