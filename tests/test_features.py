@@ -544,3 +544,45 @@ def test_constant_folding_counts_what_xla_evaluates_at_compile_time(fn, ops, ele
     assert feats["fold_elements"] == elements
     assert feats["fold_dot_flops"] == dot_flops
     assert feats["fold_bytes"] == ops * _N * 4
+
+
+def test_sine_is_recomputed_in_each_fusion_but_exp_is_not():
+    # XLA:CPU computes a shared sine in each consumer's fusion, a shared exp once
+    sine = F.extract(_shared_then_split(jnp.sin), X, X)
+    # {sin, sin} before the dot and {mul, broadcast, sin} for the output
+    assert (sine["fusion_groups"], sine["fusion_max_size"]) == (2, 3)
+    assert sine["fusion_cost_squares"] == 8 ** 2 + 6 ** 2
+
+
+def test_a_shared_sum_is_not_recomputed_when_a_path_to_a_user_runs_through_a_dot():
+    def through_dot(x, y, w):
+        p = x + y  # reads two arrays: XLA recomputes it only if it fuses on all paths
+        return p * 2.0, p + (p * 3.0) @ w
+    blocked = F.extract(through_dot, X, X, X)
+    # p materialized once: {add}, {mul, broadcast}, {mul, broadcast} before the dot, {add}
+    assert (blocked["fusion_groups"], blocked["fusion_max_size"]) == (4, 2)
+
+    def no_dot(x, y, w):
+        p = x + y
+        return p * 2.0, p + p * 3.0
+    free = F.extract(no_dot, X, X, X)
+    # every user fuses on every path: p is recomputed in both output fusions,
+    # {mul, broadcast, add} and {add, mul, broadcast, add}
+    assert (free["fusion_groups"], free["fusion_max_size"]) == (2, 4)
+    assert free["fusion_cost_squares"] == 3 ** 2 + 4 ** 2
+
+
+def test_a_slice_of_a_concatenate_reads_only_its_own_piece():
+    def first_half(x):
+        z = jnp.concatenate([x + 1.0, jnp.exp(x) * 2.0])
+        return (z * 3.0)[: x.shape[0]]
+    feats = F.extract(first_half, VEC)
+    # slice, mul and its broadcast, add and its broadcast: the exp half is never read
+    assert (feats["fusion_groups"], feats["fusion_max_size"]) == (1, 5)
+    assert feats["fusion_cost_squares"] == 5 ** 2
+
+    def across(x):
+        z = jnp.concatenate([x + 1.0, jnp.exp(x) * 2.0])
+        return (z * 3.0)[1:-1]  # reads both pieces
+    whole = F.extract(across, VEC)
+    assert whole["fusion_max_size"] == 9 and whole["op_exponential"] == 1
