@@ -586,3 +586,41 @@ def test_a_slice_of_a_concatenate_reads_only_its_own_piece():
         return (z * 3.0)[1:-1]  # reads both pieces
     whole = F.extract(across, VEC)
     assert whole["fusion_max_size"] == 9 and whole["op_exponential"] == 1
+
+
+def _dot(lhs_contracting, rhs_contracting, batch=((), ())):
+    return lambda a, b: lax.dot_general(a, b, ((lhs_contracting, rhs_contracting), batch))
+
+
+@pytest.mark.parametrize("fn, shapes, copied", [
+    # measured on XLA:CPU (jax 0.10.2): which operands its optimized module transposes
+    (_dot((1, 2), (0, 1)), ((64, 8, 4), (8, 4, 48)), 0),   # m k1 k2 . k1 k2 n
+    (_dot((0, 1), (0, 1)), ((8, 4, 64), (8, 4, 48)), 1),   # k1 k2 m: lhs copied
+    (_dot((1,), (2,)), ((64, 32), (6, 8, 32)), 1),         # n1 n2 k: rhs copied
+    (_dot((1,), (0,)), ((64, 32), (32, 6, 8)), 0),         # k n1 n2
+    (_dot((0,), (0,)), ((32, 8, 8), (32, 48)), 1),         # k m1 m2: lhs copied
+    (_dot((0,), (0,)), ((32, 64), (32, 48)), 0),           # km,kn: a layout only
+])
+def test_dot_operands_are_copied_where_xla_cpu_copies_them(fn, shapes, copied):
+    assert F.extract(fn, *(_f32(*s) for s in shapes))["layout_transposes"] == copied
+
+
+def test_a_copied_dot_operand_takes_its_producers_into_the_copy_once():
+    def two_dots(x, a, b):
+        y = x * 2.0 + 1.0  # both dots contract its two leading dimensions: one copy
+        contract = (((0, 1), (0, 1)), ((), ()))
+        return lax.dot_general(y, a, contract), lax.dot_general(y, b, contract)
+
+    feats = F.extract(two_dots, _f32(8, 4, 16), _f32(8, 4, 5), _f32(8, 4, 6))
+    # XLA: one fusion {transpose, multiply, broadcast, add, broadcast} feeds both dots
+    assert (feats["fusion_groups"], feats["fusion_max_size"]) == (1, 5)
+
+
+def test_fusion_runs_through_inner_jits_as_xla_inlines_them():
+    inner = jax.jit(lambda x: x * 2.0 + 1.0)
+    plain = F.extract(lambda x: jnp.abs(jnp.abs(x * 2.0 + 1.0) - 3.0), X)
+    called = F.extract(lambda x: jnp.abs(jnp.abs(inner(x)) - 3.0), X)
+    assert called["hlo_calls"] == 1
+    # one fusion of 8 ops either way: the call does not cut the chain
+    assert (called["fusion_groups"], called["fusion_max_size"]) == (1, 8)
+    assert (plain["fusion_groups"], plain["fusion_max_size"]) == (1, 8)
