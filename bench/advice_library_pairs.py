@@ -52,15 +52,19 @@ def _linen_mlp(width: int, depth: int):
     return Mlp()
 
 
-def flax_captured_params_pair(width: int, depth: int):
-    """`model.apply(params, x)` with trained params closed over vs passed in."""
-    model = _linen_mlp(width, depth)
+def _captured_params_pair(library: str, model, width: int, depth: int):
+    """A pair of `model.apply(params, x)`: trained params closed over vs passed in."""
     x = _sds(8, width)
     params = model.init(jax.random.key(0), jnp.zeros(x.shape))
     megabytes = depth * width * width * 4 / 2**20
-    return (f"flax mlp params captured vs passed ({megabytes:.0f} MB)",
+    return (f"{library} mlp params captured vs passed ({megabytes:.0f} MB)",
             lambda x: model.apply(params, x), (x,), "constants_as_arguments",
             lambda: ((lambda p, x: model.apply(p, x)), (_abstract(params), x)))
+
+
+def flax_captured_params_pair(width: int, depth: int):
+    """`model.apply(params, x)` with trained params closed over vs passed in."""
+    return _captured_params_pair("flax", _linen_mlp(width, depth), width, depth)
 
 
 def flax_split_pair(depth: int, width: int = 128):
@@ -151,12 +155,7 @@ def haiku_captured_params_pair(width: int, depth: int):
     import haiku as hk
 
     model = hk.without_apply_rng(hk.transform(lambda x: hk.nets.MLP([width] * depth)(x)))
-    x = _sds(8, width)
-    params = model.init(jax.random.key(0), jnp.zeros(x.shape))
-    megabytes = depth * width * width * 4 / 2**20
-    return (f"haiku mlp params captured vs passed ({megabytes:.0f} MB)",
-            lambda x: model.apply(params, x), (x,), "constants_as_arguments",
-            lambda: ((lambda p, x: model.apply(p, x)), (_abstract(params), x)))
+    return _captured_params_pair("haiku", model, width, depth)
 
 
 def _equinox_blocks(depth: int, width: int):

@@ -93,10 +93,12 @@ def summarize(family: str, params: dict, shipped: float, plain: list, traced: li
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def started_cpu(description: str, out: Path):
+    """(args, events, place) for a CPU timing bench: `--repeats` and `--out` parsed, the
+    persistent cache off, the backend started by one reference compile off every clock."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out", default=str(OUT))
+    parser.add_argument("--out", default=str(out))
     args = parser.parse_args()
     configure({"backend": "cpu"})
     import jax
@@ -104,10 +106,16 @@ def main() -> None:
     jax.config.update("jax_enable_compilation_cache", False)
     from costmodel.training.corpus.reference import build_reference
     from costmodel.training.measure.harness import CompileEvents, compile_once, placement
-    from costmodel.training.measure.machine import environment
 
     events, place = CompileEvents(), placement("cpu", "")
-    compile_once(build_reference, place, events)  # backend start-up outside every timing
+    compile_once(build_reference, place, events)
+    return args, events, place
+
+
+def main() -> None:
+    args, events, place = started_cpu(__doc__.splitlines()[0], OUT)
+    from costmodel.training.measure.machine import environment
+
     builds = [builder(family, params) for family, params, _ in PROGRAMS]
     plain = [[] for _ in PROGRAMS]
     traced = [[] for _ in PROGRAMS]

@@ -14,16 +14,13 @@ and read included: what a user waits for, not what is measured).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import time
 from pathlib import Path
 
-from phase_overhead import PROGRAMS, builder
-
-from costmodel.training.measure.child import configure
+from phase_overhead import PROGRAMS, builder, started_cpu
 
 LIMIT = 1.15  # the bar: profile adds at most 15% to the compile it measures
 OUT = Path(__file__).with_name("results") / "profile_overhead.json"
@@ -40,20 +37,10 @@ def profiled(build) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out", default=str(OUT))
-    args = parser.parse_args()
-    configure({"backend": "cpu"})
-    import jax
-
-    jax.config.update("jax_enable_compilation_cache", False)
-    from costmodel.training.corpus.reference import build_reference
-    from costmodel.training.measure.harness import CompileEvents, compile_once, placement
+    args, events, place = started_cpu(__doc__.splitlines()[0], OUT)
+    from costmodel.training.measure.harness import compile_once
     from costmodel.training.measure.machine import environment
 
-    events, place = CompileEvents(), placement("cpu", "")
-    compile_once(build_reference, place, events)  # backend start-up outside every timing
     rows = []
     for family, params, _ in PROGRAMS:
         build = builder(family, params)

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import http.client
 import json
-import threading
 import time
 from typing import NamedTuple
 
 import numpy as np
+from _client_threads import ClientThreads
 
 HOST = "127.0.0.1"
 
@@ -33,7 +33,7 @@ class Answer(NamedTuple):
     seconds: float
 
 
-class ReplicaLoad:
+class ReplicaLoad(ClientThreads):
     """`clients` threads predicting on every port in turn until `stop()` or `max_requests`,
     each waiting `pause` seconds between its requests (0: as fast as answers come)."""
 
@@ -42,19 +42,7 @@ class ReplicaLoad:
         self.ports, self.body, self.max_requests = ports, json.dumps(body).encode(), max_requests
         self.pause = pause
         self.answers: list[Answer] = []
-        self._done = threading.Event()
-        self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._client, args=(i,), daemon=True)
-                         for i in range(clients)]
-
-    def start(self) -> None:
-        for thread in self._threads:
-            thread.start()
-
-    def stop(self) -> None:
-        self._done.set()
-        for thread in self._threads:
-            thread.join(120)
+        super().__init__(clients)
 
     def _client(self, seed: int) -> None:
         connections = [http.client.HTTPConnection(HOST, port, timeout=60) for port in self.ports]

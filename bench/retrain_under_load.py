@@ -31,13 +31,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import numpy as np
+from _client_threads import ClientThreads
 
 HOST = "127.0.0.1"
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,26 +127,14 @@ def call(url: str, method: str, path: str, body: dict | None = None, token: str 
         return exc.code, json.loads(exc.read() or b"{}")
 
 
-class Load:
+class Load(ClientThreads):
     """`CLIENTS` threads alternating predictions and health checks until `stop()`."""
 
     def __init__(self, url: str, bodies: list[dict], deadline: float) -> None:
         self.url, self.bodies, self.deadline = url, bodies, deadline
         self.latency: dict[str, list[float]] = {"/v1/predict": [], "/healthz": []}
         self.failures: list[str] = []
-        self._done = threading.Event()
-        self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._client, args=(i,), daemon=True)
-                         for i in range(CLIENTS)]
-
-    def start(self) -> None:
-        for thread in self._threads:
-            thread.start()
-
-    def stop(self) -> None:
-        self._done.set()
-        for thread in self._threads:
-            thread.join(120)
+        super().__init__(CLIENTS)
 
     def count(self) -> int:
         return sum(len(v) for v in self.latency.values()) + len(self.failures)

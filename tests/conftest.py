@@ -84,3 +84,19 @@ def module_store(request):
     started once per module."""
     with _store_url(request, request.param) as url:
         yield request.param, url
+
+
+@pytest.fixture(scope="module")
+def wrong_model(tmp_path_factory):
+    """A real model trained on labels 30x too large: any honest retrain beats it."""
+    from test_api_support import train_artifact
+
+    return train_artifact(tmp_path_factory.mktemp("wrong") / "cpu", seed=1, scale=30.0)
+
+
+@pytest.fixture(scope="module")
+def good_data(tmp_path_factory):
+    """A dataset file of 30 synthetic rows a retrain can learn from."""
+    from test_api_support import rows, write_data
+
+    return write_data(tmp_path_factory.mktemp("data") / "cpu.parquet", rows(30, seed=2))

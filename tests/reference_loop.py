@@ -1,13 +1,15 @@
-"""`python reference_loop.py N CPU`: time N compiles of the reference program on CPU only
-and print their median (seconds). The timing tests run two at once, on two CPUs, to see
-how much two compiles side by side slow each other on this machine, sweep aside."""
+"""`python reference_loop.py N CPUS`: time N compiles of the reference program on the
+comma-separated CPUS only and print their median (seconds). The timing tests run one on
+every CPU, then two at once on half the CPUs each, to see what this machine does to two
+compiles side by side, sweep aside."""
 
 import os
 import statistics
 import sys
 
 if __name__ == "__main__":
-    os.sched_setaffinity(0, {int(sys.argv[2])})  # before jax: XLA sizes its threads by it
+    # before jax starts: XLA sizes its thread pools by the CPUs it may use
+    os.sched_setaffinity(0, {int(cpu) for cpu in sys.argv[2].split(",")})
     os.environ["JAX_PLATFORMS"] = "cpu"
     from costmodel.training.corpus.reference import build_reference
     from costmodel.training.measure.harness import CompileEvents, compile_once, placement

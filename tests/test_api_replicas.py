@@ -34,14 +34,17 @@ SYNC = 0.5  # MODEL_SYNC_SECONDS
 LOAD_MARGIN = 1.0
 
 
-def _bench():
+def _bench(monkeypatch):
+    # the bench imports its sibling modules as a script run from bench/ would
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
     spec = importlib.util.spec_from_file_location("replica_load", ROOT / "bench/replica_load.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def test_a_promotion_reaches_both_replicas_and_no_request_fails(tmp_path, postgres_url):
+def test_a_promotion_reaches_both_replicas_and_no_request_fails(tmp_path, postgres_url,
+                                                                monkeypatch):
     wrong = train_artifact(tmp_path / "wrong", seed=1, scale=30.0)
     data = write_data(tmp_path / "cpu.parquet", rows(30, seed=2))
     with stores.fresh_postgres(postgres_url) as url:
@@ -50,8 +53,8 @@ def test_a_promotion_reaches_both_replicas_and_no_request_fails(tmp_path, postgr
                           RETRAIN_RUNNER="worker", MODEL_SYNC_SECONDS=SYNC)
         replicas = [Server(tmp_path, settings, workers=1, name=f"replica-{i}") for i in (0, 1)]
         worker = RetrainWorker(tmp_path, settings)
-        load = _bench().ReplicaLoad([r.port for r in replicas], feature_body(), clients=4,
-                                         pause=0.01)
+        load = _bench(monkeypatch).ReplicaLoad([r.port for r in replicas], feature_body(),
+                                               clients=4, pause=0.01)
         try:
             for replica in replicas:
                 replica.wait_ready()

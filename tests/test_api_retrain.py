@@ -73,17 +73,6 @@ def _numbered_sample_ids(monkeypatch):
         uuid4=lambda: uuid.UUID(int=next(counter))))
 
 
-@pytest.fixture(scope="module")
-def wrong_model(tmp_path_factory):
-    """A real model trained on labels 30x too large: any honest retrain beats it."""
-    return train_artifact(tmp_path_factory.mktemp("wrong") / "cpu", seed=1, scale=30.0)
-
-
-@pytest.fixture(scope="module")
-def good_data(tmp_path_factory):
-    return write_data(tmp_path_factory.mktemp("data") / "cpu.parquet", rows(30, seed=2))
-
-
 @pytest.fixture(autouse=True)
 def _each_store(store):
     """Every test here runs on SQLite and on PostgreSQL (conftest's `store`)."""

@@ -10,23 +10,12 @@ import time
 
 import pytest
 from servers import RetrainWorker
-from test_api_support import TOKEN, bearer, config, rows, train_artifact, write_data
+from test_api_support import TOKEN, bearer, config
 
 from costmodel.api import create_app
 from costmodel.api.jobs import DIED
 from costmodel.api.retrain_job import PARTIAL
 from costmodel.api.retrain_worker import run_worker
-
-
-@pytest.fixture(scope="module")
-def wrong_model(tmp_path_factory):
-    """A real model trained on labels 30x too large: any honest retrain beats it."""
-    return train_artifact(tmp_path_factory.mktemp("wrong") / "cpu", seed=1, scale=30.0)
-
-
-@pytest.fixture(scope="module")
-def good_data(tmp_path_factory):
-    return write_data(tmp_path_factory.mktemp("data") / "cpu.parquet", rows(30, seed=2))
 
 
 @pytest.fixture

@@ -175,15 +175,19 @@ def test_the_budget_kills_a_measurement_in_flight_and_writes_no_row(tmp_path):
 
 # timings ---------------------------------------------------------------------------
 def side_by_side_slowdown(cpus: list[int], compiles: int = 15) -> float:
-    """How much two bare reference-compile loops on two CPUs slow each other against one
-    loop alone: what this machine does to two compiles at once (1.0 with two idle cores)."""
-    def loops(on: list[int]) -> list[float]:
-        procs = [subprocess.Popen([sys.executable, LOOP, str(compiles), str(cpu)],
-                                  stdout=subprocess.PIPE, text=True) for cpu in on]
+    """How much slower two bare reference-compile loops run, each on half of `cpus`, than
+    one loop on all of them: what this machine does to two compiles at once on the
+    slices a 2-worker sweep pins them to, against one process with the whole machine (a
+    one-process sweep). 1.0 only where a compile gains nothing from more cores."""
+    def loops(slices: list[list[int]]) -> list[float]:
+        procs = [subprocess.Popen([sys.executable, LOOP, str(compiles),
+                                   ",".join(map(str, on))], stdout=subprocess.PIPE, text=True)
+                 for on in slices]
         return [float(proc.communicate(timeout=300)[0]) for proc in procs]
 
-    alone = loops(cpus[:1])[0]
-    return statistics.median(loops(cpus[:2])) / alone
+    half = len(cpus) // 2
+    alone = loops([cpus])[0]
+    return statistics.median(loops([cpus[:half], cpus[half:2 * half]])) / alone
 
 
 @pytest.mark.slow
@@ -191,9 +195,10 @@ def test_two_worker_processes_time_the_reference_as_one_process_does(tmp_path):
     """The issue's set-up (2 workers x 2 threads on 2 cores inflated the reference 3x)
     with the compile resource: each worker process measures one program at a time, on
     CPUs of its own. Held to 1.3x of one process, times what the machine itself does to
-    two bare compiles side by side (1.0 on a machine with two idle cores; 1.3-1.6 on the
-    shared 2-core machine this was written on, where no sweep can do better). Without
-    the compile resource it measured 2.4x; without the CPU split 2.0x."""
+    two bare compiles side by side on those slices against one compile on every CPU (on
+    a 2-core machine each worker has one core where a one-process sweep's compile has
+    two, which no sweep can make up). Without the compile resource it measured 2.4x;
+    without the CPU split 2.0x."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         pytest.skip("needs two CPUs")
