@@ -109,10 +109,13 @@ FUSIBLE_HLO = frozenset(_ELEMENTWISE_HLO | {"broadcast_in_dim", "reshape", "conv
 # Fusible ops that change how elements are indexed (strided, padded, stitched, reversed):
 # XLA:GPU composes and simplifies an index map through each of them.
 INDEXING_HLO = frozenset({"slice", "pad", "concatenate", "reverse", "dynamic_slice"})
-# Elementwise ops that expand to many machine instructions (XLA calls them expensive and
-# will not duplicate them into several consumers of a fusion).
+# Elementwise ops that expand to many machine instructions.
 EXPENSIVE_HLO = frozenset({
     "exponential", "exponential_minus_one", "log", "log_plus_one", "logistic", "tanh",
     "sine", "cosine", "tan", "power", "sqrt", "rsqrt", "cbrt", "divide", "remainder",
     "atan2", "erf", "erf_inv",
 })
+# Those XLA will not duplicate into several consumers' fusions. Seen on the CPU (jax
+# 0.10.2): `(f(x) * 2, f(x) * x + 1)` keeps one exp, tanh, log, sqrt, rsqrt or divide
+# and computes sine and cosine twice.
+UNDUPLICATED_HLO = EXPENSIVE_HLO - {"sine", "cosine"}

@@ -13,8 +13,11 @@ from typing import Any
 
 # 2: f64 tensors counted as 8 bytes (were 1); 3: structure features; 4: cheap one-array ops
 # duplicated into fused consumers when another consumer does not fuse; 5: layout_transposes;
-# 6: kernels per sequence, case results x branches squared; 7: constant folding
-SCHEMA_VERSION = 7
+# 6: kernels per sequence, case results x branches squared; 7: constant folding; 8: fusion
+# emulation: slices of concatenates resolved, duplication stopped by non-fusible paths,
+# sine and cosine duplicated, single-user ops follow their user, calls inlined, dot operands
+# copied into the library layout where XLA:CPU copies them
+SCHEMA_VERSION = 8
 
 # Coarse op categories shared by the jaxpr and StableHLO extractors.
 CATEGORIES = (

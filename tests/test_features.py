@@ -544,3 +544,83 @@ def test_constant_folding_counts_what_xla_evaluates_at_compile_time(fn, ops, ele
     assert feats["fold_elements"] == elements
     assert feats["fold_dot_flops"] == dot_flops
     assert feats["fold_bytes"] == ops * _N * 4
+
+
+def test_sine_is_recomputed_in_each_fusion_but_exp_is_not():
+    # XLA:CPU computes a shared sine in each consumer's fusion, a shared exp once
+    sine = F.extract(_shared_then_split(jnp.sin), X, X)
+    # {sin, sin} before the dot and {mul, broadcast, sin} for the output
+    assert (sine["fusion_groups"], sine["fusion_max_size"]) == (2, 3)
+    assert sine["fusion_cost_squares"] == 8 ** 2 + 6 ** 2
+
+
+def test_a_shared_sum_is_not_recomputed_when_a_path_to_a_user_runs_through_a_dot():
+    def through_dot(x, y, w):
+        p = x + y  # reads two arrays: XLA recomputes it only if it fuses on all paths
+        return p * 2.0, p + (p * 3.0) @ w
+    blocked = F.extract(through_dot, X, X, X)
+    # p materialized once: {add}, {mul, broadcast}, {mul, broadcast} before the dot, {add}
+    assert (blocked["fusion_groups"], blocked["fusion_max_size"]) == (4, 2)
+
+    def no_dot(x, y, w):
+        p = x + y
+        return p * 2.0, p + p * 3.0
+    free = F.extract(no_dot, X, X, X)
+    # every user fuses on every path: p is recomputed in both output fusions,
+    # {mul, broadcast, add} and {add, mul, broadcast, add}
+    assert (free["fusion_groups"], free["fusion_max_size"]) == (2, 4)
+    assert free["fusion_cost_squares"] == 3 ** 2 + 4 ** 2
+
+
+def test_a_slice_of_a_concatenate_reads_only_its_own_piece():
+    def first_half(x):
+        z = jnp.concatenate([x + 1.0, jnp.exp(x) * 2.0])
+        return (z * 3.0)[: x.shape[0]]
+    feats = F.extract(first_half, VEC)
+    # slice, mul and its broadcast, add and its broadcast: the exp half is never read
+    assert (feats["fusion_groups"], feats["fusion_max_size"]) == (1, 5)
+    assert feats["fusion_cost_squares"] == 5 ** 2
+
+    def across(x):
+        z = jnp.concatenate([x + 1.0, jnp.exp(x) * 2.0])
+        return (z * 3.0)[1:-1]  # reads both pieces
+    whole = F.extract(across, VEC)
+    assert whole["fusion_max_size"] == 9 and whole["op_exponential"] == 1
+
+
+def _dot(lhs_contracting, rhs_contracting, batch=((), ())):
+    return lambda a, b: lax.dot_general(a, b, ((lhs_contracting, rhs_contracting), batch))
+
+
+@pytest.mark.parametrize("fn, shapes, copied", [
+    # measured on XLA:CPU (jax 0.10.2): which operands its optimized module transposes
+    (_dot((1, 2), (0, 1)), ((64, 8, 4), (8, 4, 48)), 0),   # m k1 k2 . k1 k2 n
+    (_dot((0, 1), (0, 1)), ((8, 4, 64), (8, 4, 48)), 1),   # k1 k2 m: lhs copied
+    (_dot((1,), (2,)), ((64, 32), (6, 8, 32)), 1),         # n1 n2 k: rhs copied
+    (_dot((1,), (0,)), ((64, 32), (32, 6, 8)), 0),         # k n1 n2
+    (_dot((0,), (0,)), ((32, 8, 8), (32, 48)), 1),         # k m1 m2: lhs copied
+    (_dot((0,), (0,)), ((32, 64), (32, 48)), 0),           # km,kn: a layout only
+])
+def test_dot_operands_are_copied_where_xla_cpu_copies_them(fn, shapes, copied):
+    assert F.extract(fn, *(_f32(*s) for s in shapes))["layout_transposes"] == copied
+
+
+def test_a_copied_dot_operand_takes_its_producers_into_the_copy_once():
+    def two_dots(x, a, b):
+        y = x * 2.0 + 1.0  # both dots contract its two leading dimensions: one copy
+        contract = (((0, 1), (0, 1)), ((), ()))
+        return lax.dot_general(y, a, contract), lax.dot_general(y, b, contract)
+
+    feats = F.extract(two_dots, _f32(8, 4, 16), _f32(8, 4, 5), _f32(8, 4, 6))
+    # XLA: one fusion {transpose, multiply, broadcast, add, broadcast} feeds both dots
+    assert (feats["fusion_groups"], feats["fusion_max_size"]) == (1, 5)
+
+
+def test_fusion_runs_through_inner_jits_as_xla_inlines_them():
+    inner = jax.jit(lambda x: x * 2.0 + 1.0)
+    plain = F.extract(lambda x: jnp.abs(jnp.abs(x * 2.0 + 1.0) - 3.0), X)
+    called = F.extract(lambda x: jnp.abs(jnp.abs(inner(x)) - 3.0), X)
+    assert called["hlo_calls"] == 1
+    # one fusion of 8 ops either way: the call does not cut the chain
+    assert (called["fusion_groups"], called["fusion_max_size"]) == (1, 8)
+    assert (plain["fusion_groups"], plain["fusion_max_size"]) == (1, 8)

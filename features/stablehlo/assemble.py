@@ -35,7 +35,7 @@ def stablehlo_features(module) -> tuple[dict[str, float], dict]:
     values["fold_elements"] = folds.elements
     values["fold_dot_flops"] = folds.dot_flops
     values["fold_bytes"] = folds.bytes
-    values.update(_fusion_features(combined["fusions"]))
+    values.update(_fusion_features(combined["fusions"] + tallies[entry].body_fusions))
     values["chain_length"] = tallies[entry].chain
     body, nested = kernel_sequences(entry, tallies, {})
     values["sequence_kernels_max"] = max([body, *nested])

@@ -25,24 +25,28 @@ def combine(name: str, tallies: dict[str, Tally], memo: dict, stack: tuple = ())
 
 
 def kernel_sequences(name: str, tallies: dict[str, Tally], memo: dict,
-                     stack: tuple = ()) -> tuple[int, list[int]]:
+                     stack: tuple = (), called: bool = False) -> tuple[int, list[int]]:
     """Kernels of `name`'s body with its calls inlined, and the kernels of each loop body
-    and branch it runs (its callees' included)."""
-    if name in memo:
-        return memo[name]
+    and branch it runs (its callees' included). A called function's body fusions are
+    the caller's (its ops are fused into the caller's, see `Walker._inline`), so only its
+    other kernels count there."""
+    if (name, called) in memo:
+        return memo[name, called]
     own = tallies.get(name)
     if own is None or name in stack:
         return 0, []
     body, nested = 0, []
-    for kernels, callees, is_body in own.sequences:
+    for kernels, groups, callees, is_body in own.sequences:
+        if not (called and is_body):
+            kernels += groups
         for callee in callees:
             callee_body, callee_nested = kernel_sequences(callee, tallies, memo,
-                                                          stack + (name,))
+                                                          stack + (name,), True)
             kernels += callee_body
             nested.extend(callee_nested)
         if is_body:
             body += kernels
         else:
             nested.append(kernels)
-    memo[name] = body, nested
-    return memo[name]
+    memo[name, called] = body, nested
+    return memo[name, called]

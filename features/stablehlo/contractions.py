@@ -24,9 +24,7 @@ def dot_stats(op, tensor=tensor) -> tuple[float, bool, int]:
     if lhs is None:
         return 0.0, False, 0
     if "dot_dimension_numbers" in op.attributes:
-        text = str(op.attributes["dot_dimension_numbers"])
-        dims = {key: [int(d) for d in value.split(",") if d.strip()]
-                for key, value in _DOT_DIMS.findall(text)}
+        dims = _dot_dims(op)
     else:  # stablehlo.dot: (m, k) x (k, n) or vectors
         dims = {"lhs_contracting_dimensions": [len(lhs.shape) - 1] if lhs.shape else [],
                 "rhs_contracting_dimensions": [0] if rhs is not None and rhs.shape else []}
@@ -39,7 +37,7 @@ def dot_stats(op, tensor=tensor) -> tuple[float, bool, int]:
 
     def transposed(info: TensorInfo, side: str) -> bool:
         return operand_transposed(len(info.shape), dims.get(f"{side}_batching_dimensions", []),
-                                   dims.get(f"{side}_contracting_dimensions", []))
+                                  dims.get(f"{side}_contracting_dimensions", []), side)
 
     lhs_free, contracted = free_and_contracted(lhs, "lhs")
     flops = 0.0 if out is None else 2.0 * out.elements * contracted
@@ -50,19 +48,45 @@ def dot_stats(op, tensor=tensor) -> tuple[float, bool, int]:
             int(transposed(lhs, "lhs")) + int(transposed(rhs, "rhs")))
 
 
-def operand_transposed(rank: int, batch: list[int], contracting: list[int]) -> bool:
+def transposed_dot_operands(op, tensor=tensor) -> list[tuple[int, tuple]]:
+    """(index, layout) of the operands of a dot that XLA:CPU copies into another layout
+    first (`operand_transposed`). Each copy is a loop fusion into which XLA fuses the
+    operand's producers; dots that want the same layout of one value share its copy."""
+    if "dot_dimension_numbers" not in op.attributes:
+        return []
+    dims = _dot_dims(op)
+    out = []
+    for index, side in enumerate(("lhs", "rhs")):
+        info = tensor(op.operands[index].type)
+        batch = dims.get(f"{side}_batching_dimensions", [])
+        contracting = dims.get(f"{side}_contracting_dimensions", [])
+        if info is not None and operand_transposed(len(info.shape), batch, contracting, side):
+            out.append((index, (side, tuple(batch), tuple(contracting))))
+    return out
+
+
+def _dot_dims(op) -> dict[str, list[int]]:
+    text = str(op.attributes["dot_dimension_numbers"])
+    return {key: [int(d) for d in value.split(",") if d.strip()]
+            for key, value in _DOT_DIMS.findall(text)}
+
+
+def operand_transposed(rank: int, batch: list[int], contracting: list[int],
+                       side: str = "lhs") -> bool:
     """Whether XLA:CPU copies a dot operand into another layout before its batched matrix
-    product: the batch dimensions must lead, in order, and the contracting ones sit
-    together at either end of the rest (a transposed matrix is only a layout).
+    product. The batch dimensions must lead, in order. The rest must then be the free
+    dimensions before the contracting ones (lhs) or after them (rhs), unless the operand
+    is one free and one contracting dimension: a transposed matrix is only a layout.
+    Measured (jax 0.10.2): `km,kn` and `bhqd,bhkd` are not copied; `k1 k2 m`, `k m1 m2`
+    and `m1 k m2` as lhs, `n1 n2 k` as rhs, and `bqhd,bkhd` (batch not leading) are.
     `bench/layout_cost.py`: ``bqhd,bkhd->bhqk`` compiled in 86 ms, ``bhqd,bhkd->bhqk`` in 11."""
     if list(batch) != list(range(len(batch))):
         return True
     rest = [d for d in range(rank) if d not in batch]
-    at = sorted(rest.index(d) for d in contracting if d in rest)
-    if not at:
-        return False
-    together = at == list(range(at[0], at[0] + len(at)))
-    return not (together and (at[0] == 0 or at[-1] == len(rest) - 1))
+    free = [d for d in rest if d not in contracting]
+    contracted = [d for d in rest if d in contracting]
+    wanted = free + contracted if side == "lhs" else contracted + free
+    return rest != wanted and not (len(free) == 1 and len(contracted) == 1)
 
 
 _CONV_DIMS = re.compile(r"\[([^\]]*)\]x\[([^\]]*)\]->\[([^\]]*)\]")

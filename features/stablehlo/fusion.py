@@ -2,33 +2,57 @@
 
 from __future__ import annotations
 
-from ..categories import EXPENSIVE_HLO, FUSIBLE_HLO, INDEXING_HLO
+from ..categories import EXPENSIVE_HLO, FUSIBLE_HLO, INDEXING_HLO, UNDUPLICATED_HLO
+from .slices import Piece, resolve, sliced_dimension
+
+
+class _LayoutCopy:
+    """The value of a dot operand copied into the layout XLA:CPU's GEMM reads."""
+
+    __slots__ = ()
 
 
 class Fusions:
     """XLA-like loop fusion of one block, from its consumers up.
 
-    A fusible op joins its consumers' fusion when they all sit in one; a cheap op whose
-    consumers sit in several is duplicated into each (XLA recomputes it rather than
-    materialize it). A cheap op that reads at most one full-size array (the others are
-    broadcasts, iotas, scalars) is also duplicated into the fusions of its fused consumers
-    when some consumer cannot take it, and is materialized besides: XLA's global
-    unfusibility check only protects ops that read more than one array. In a backward
-    pass the running gradient sum is such an op, so each layer's fusion recomputes the
-    sum from every layer above it and fusion sizes grow with depth squared. Anything
-    else is the root of a fusion of its own.
+    A fusible op joins its consumers' fusion when they all sit in one. An op with a
+    single consumer goes wherever that consumer's copies go (XLA fuses it first). An op
+    whose consumers sit in several fusions is duplicated into each (XLA recomputes it
+    rather than materialize it) unless it is expensive math XLA will not duplicate
+    (`UNDUPLICATED_HLO`), or it reads more than one full-size array (the others being
+    broadcasts, iotas, scalars) and some path from it to one of its consumers runs
+    through an op that does not fuse: XLA fuses such a producer only where it can fuse
+    it on all paths. A cheap op that reads at most one array is also duplicated into
+    the fusions of its fused consumers when some consumer cannot take it, and is
+    materialized besides. A slice of a concatenated value reads only its own piece (see
+    `slices`). A dot operand XLA:CPU copies into its library's layout goes through a
+    transpose that fuses (`layout_copy`), and the walker visits a called function's ops
+    in place of the call (XLA inlines calls before fusing). Anything else is the root of
+    a fusion of its own.
+
+    Scored against XLA's optimized modules (89 stored CPU rows, lowered again): the
+    log of the total fused ops follows the log of XLA's instruction count with median
+    error 0.19, p90 0.87 (the StableHLO op count: 0.31 / 0.95; this emulator before the
+    slice, path and single-consumer rules: 0.37 / 1.01; before the layout copies and
+    the inlined calls: 0.21 / 0.92, and an Equinox transformer's gradient emulated
+    0.46x, 0.41x, 0.35x XLA's instructions at 2, 4, 8 layers, now 0.59x, 0.59x, 0.58x). A 2048-layer MLP gradient emulated 2.26M ops for
+    XLA's 285k before and 168k now; a 128-term symbolic-regression gradient 177k for
+    385k before and 271k now.
     """
 
     def __init__(self) -> None:
         self._count = 0
-        self._producer: dict = {}  # result value -> position of its op in the block
-        self._users: dict[int, set[int]] = {}
+        self._producer: dict = {}  # result value (or slice piece) -> position of its op
+        self._users: dict = {}
         # ops whose result does not count as an array read (broadcasts, iotas, scalars)
-        self._spread: set[int] = set()
-        self._rank: dict[int, int | None] = {}
+        self._spread: set = set()
+        self._rank: dict = {}
         # fusible ops: cost weight, whether XLA duplicates it, whether it changes
         # indexing, whether it reads at most one array
-        self._fusible: dict[int, tuple[float, bool, bool, bool]] = {}
+        self._fusible: dict = {}
+        self._pieces: dict = {}  # slice resolution: one piece per value and range
+        self._bypassed: set = set()  # ops a resolved slice no longer reads through
+        self._copies: dict = {}  # (value, layout) -> its layout copy for a dot
 
     def visit(self, operands: list, results: list, name: str, weight: float | None,
               rank: int | None) -> None:
@@ -36,6 +60,8 @@ class Fusions:
         (None if it does not fuse) and the rank of its first result."""
         position = self._count
         self._count += 1
+        if name == "slice" and operands and hasattr(results[0] if results else None, "owner"):
+            operands = [self._sliced(operands[0], results[0], position), *operands[1:]]
         arrays = 0
         for operand in operands:
             producer = self._producer.get(operand)
@@ -50,8 +76,48 @@ class Fusions:
         if name in ("broadcast_in_dim", "iota") or (name == "constant" and rank == 0):
             self._spread.add(position)
         if weight is not None:
-            self._fusible[position] = (weight, name not in EXPENSIVE_HLO,
+            self._fusible[position] = (weight, name not in UNDUPLICATED_HLO,
                                        name in INDEXING_HLO, arrays <= 1)
+
+    def layout_copy(self, value, layout, rank: int | None):
+        """The copy of `value` in `layout` that XLA:CPU makes for a dot's library call:
+        a transpose that fuses, so `value`'s producers fuse into it. One copy per value
+        and layout (XLA merges identical copies)."""
+        key = (value, layout)
+        if key not in self._copies:
+            self._copies[key] = copy = _LayoutCopy()
+            self.visit([value], [copy], "transpose", 1.0, rank)
+        return self._copies[key]
+
+    def alias(self, value, source) -> None:
+        """`value` is `source` under another name (a call's result is what its callee
+        returns, once XLA has inlined the call)."""
+        if source in self._producer:
+            self._producer[value] = self._producer[source]
+
+    def _sliced(self, value, result, position: int):
+        """What a slice of `value` reads once XLA pushes it down to one piece of a
+        concatenate; the pieces of elementwise ops it passes are recorded as ops of
+        their own, numbered just before the slice."""
+        along = sliced_dimension(value, result.owner)
+        if along is None:
+            return value
+        passed: list[Piece] = []
+        read = resolve(value, *along, passed, self._pieces)
+        for step, piece in enumerate(passed):
+            own = position - 0.5 + step / (2 * len(passed))
+            original = self._producer.get(piece.of)
+            self._bypassed.add(original)
+            for operand in piece.operands:
+                producer = self._producer.get(operand)
+                if producer is not None:
+                    self._users.setdefault(producer, set()).add(own)
+            self._producer[piece] = own
+            self._rank[own] = self._rank.get(original)
+            self._fusible[own] = self._fusible.get(original, (1.0, True, False, True))
+        if read is not value:
+            self._bypassed.add(self._producer.get(value))
+        return read
 
     def _lower_rank(self, producer: int, rank: int | None) -> bool:
         """Whether `producer`'s result has lower rank than `rank` (an index or a scalar
@@ -59,9 +125,39 @@ class Fusions:
         theirs = self._rank.get(producer)
         return rank is not None and theirs is not None and theirs < rank
 
+    def _blocked(self) -> set:
+        """Fusible ops from which some path to one of their users runs through an op
+        that does not fuse (XLA will not duplicate those): bitsets of the non-fusible
+        ops below and above each op."""
+        order = sorted({*self._users, *self._fusible,
+                        *(user for users in self._users.values() for user in users)})
+        operands: dict = {}
+        for producer, users in self._users.items():
+            for user in users:
+                operands.setdefault(user, []).append(producer)
+        # only an op that reads something of the block can lie between two others
+        between = (p for p in order if p not in self._fusible and p in operands)
+        bit = {p: 1 << i for i, p in enumerate(between)}
+        above: dict = {}
+        for position in order:
+            mask = 0
+            for producer in operands.get(position, ()):
+                mask |= above[producer] | bit.get(producer, 0)
+            above[position] = mask
+        below: dict = {}
+        for position in reversed(order):
+            mask = 0
+            for user in self._users.get(position, ()):
+                mask |= below[user] | bit.get(user, 0)
+            below[position] = mask
+        return {position for position in self._fusible if below[position] and any(
+            above[user] & below[position] for user in self._users.get(position, ()))}
+
     def groups(self) -> list[list]:
         """`[ops, summed cost weights, indexing ops]` of each fusion."""
-        fusion_of: dict[int, set[int]] = {}
+        blocked = self._blocked()
+        fusion_of: dict = {}
+        dead: set = set()  # left unread once slices were resolved past them
         groups: list[list] = []
 
         def new_fusion() -> int:
@@ -70,12 +166,21 @@ class Fusions:
 
         for position in sorted(self._fusible, reverse=True):
             weight, cheap, indexing, unary = self._fusible[position]
-            users = self._users.get(position, set())
+            every_user = self._users.get(position, set())
+            users = every_user - dead
+            if not users and (position in self._bypassed or every_user):
+                dead.add(position)
+                continue
             fused = [user for user in users if user in fusion_of]
             joined = set().union(*(fusion_of[user] for user in fused))
-            if users and len(fused) == len(users) and (len(joined) == 1 or cheap):
+            # an op with one user fuses into it before that user is copied, and goes
+            # wherever its copies go; an expensive op with several users stays whole
+            # XLA's all-paths check guards only ops that read more than one array
+            duplicable = cheap and (unary or position not in blocked)
+            if users and len(fused) == len(users) and (
+                    len(joined) == 1 or len(users) == 1 or duplicable):
                 targets = joined
-            elif cheap and unary and joined:
+            elif duplicable and unary and joined:
                 targets = joined | {new_fusion()}
             else:
                 targets = {new_fusion()}

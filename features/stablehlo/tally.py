@@ -103,6 +103,8 @@ FIELDS = (
     Field("dot_flops", float, trip_weighted, "dot_flops"),
     Field("conv_flops", float, trip_weighted, "conv_flops"),
     Field("fusions", list, extended),  # [ops, cost, indexing ops] per fusion
+    # a function body's own fusions, its calls inlined into it (read from the entry only)
+    Field("body_fusions", list),
     Field("f64_ops", int, over_module=sum, total="f64_ops"),
     Field("complex_ops", int, over_module=sum, total="complex_ops"),
     Field("matrix_vector_dots", int, added, "dot_matrix_vector"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..categories import FUSIBLE_HLO, HLO_STRUCTURAL
+from .contractions import transposed_dot_operands
 from .fusion import Fusions, fusion_weight, rank
 from .ops import BRANCHES, HANDLERS, NOT_KERNELS, Callee, Loop, Site, count, short_name
 from .tally import Tally, finish
@@ -50,7 +51,10 @@ class Walker:
             # each access to op.operands / op.results builds new Python objects: once only
             operands, results = list(op.operands), list(op.results)
             infos = [self.tensor(result.type) for result in results]
-            fusions.visit(operands, results, name, fusion_weight(name, infos), rank(infos))
+            if name == "call":
+                self._inline(fusions, op, operands, results, (id(op),), depth)
+            else:
+                self._fuse(fusions, op, name, operands, results, infos)
             if full in HLO_STRUCTURAL:
                 continue
             before = 0
@@ -79,10 +83,61 @@ class Walker:
                     inner = max(inner, self._block(inner_block, tally, trips, depth, branches))
             longest = max(longest, _chain_end(results, chain_to, before + 1 + inner))
         groups = fusions.groups()
-        tally.fusions.extend(groups)
+        # a function body's fusions hold its callees' ops (`_inline`); a loop body's and
+        # a branch's are their own, and count at every call of the function they are in
+        (tally.body_fusions if sequence == "body" else tally.fusions).extend(groups)
         if sequence is not None:
-            tally.sequences.append((kernels + len(groups), site.callees, sequence == "body"))
+            tally.sequences.append((kernels, len(groups), site.callees, sequence == "body"))
         return longest
+
+
+    def _inline(self, fusions: Fusions, call, operands: list, results: list, site: tuple,
+                depth: int) -> None:
+        """Visit the callee of `call` into the caller's `fusions`, as XLA fuses the
+        program after inlining every call: its values are keyed by the call site, its
+        arguments are the call's operands and its returned values the call's results."""
+        from jax._src.lib.mlir import ir
+
+        callee = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
+        if callee not in self.funcs or depth >= 64 or callee in site[1:]:
+            fusions.visit(operands, results, "call", None, rank([]))
+            return
+        blocks = [b for region in self.funcs[callee].regions for b in region.blocks]
+        if len(blocks) != 1:
+            fusions.visit(operands, results, "call", None, rank([]))
+            return
+        site = site + (callee,)
+        key = dict(zip(blocks[0].arguments, operands))
+
+        def mapped(value):
+            return key.get(value, (site, value))
+
+        for view in blocks[0].operations:
+            op = view.operation
+            name = short_name(op.name)
+            inner_operands = [mapped(v) for v in op.operands]
+            if op.name == "func.return":
+                for result, value in zip(results, inner_operands):
+                    fusions.alias(result, value)
+                continue
+            inner_results = [(site, r) for r in op.results]
+            if name == "call":
+                self._inline(fusions, op, inner_operands, inner_results, site + (id(op),),
+                             depth + 1)
+                continue
+            infos = [self.tensor(r.type) for r in op.results]
+            self._fuse(fusions, op, name, inner_operands, inner_results, infos)
+
+    def _fuse(self, fusions: Fusions, op, name: str, operands: list, results: list,
+              infos: list) -> None:
+        """Visit one op into `fusions` (`operands`/`results` are its values' keys there),
+        with the layout copy XLA:CPU puts before a dot operand it transposes."""
+        if name == "dot_general":
+            operands = list(operands)
+            for index, layout in transposed_dot_operands(op, self.tensor):
+                operands[index] = fusions.layout_copy(
+                    operands[index], layout, rank([self.tensor(op.operands[index].type)]))
+        fusions.visit(operands, results, name, fusion_weight(name, infos), rank(infos))
 
 
 def _chain_end(results: list, chain_to: dict, length: int) -> int:
