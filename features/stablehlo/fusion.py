@@ -33,11 +33,12 @@ class Fusions:
     Scored against XLA's optimized modules (89 stored CPU rows, lowered again): the
     log of the total fused ops follows the log of XLA's instruction count with median
     error 0.19, p90 0.87 (the StableHLO op count: 0.31 / 0.95; this emulator before the
-    slice, path and single-consumer rules: 0.37 / 1.01; before the layout copies and
-    the inlined calls: 0.21 / 0.92, and an Equinox transformer's gradient emulated
-    0.46x, 0.41x, 0.35x XLA's instructions at 2, 4, 8 layers, now 0.59x, 0.59x, 0.58x). A 2048-layer MLP gradient emulated 2.26M ops for
-    XLA's 285k before and 168k now; a 128-term symbolic-regression gradient 177k for
-    385k before and 271k now.
+    slice, path and single-consumer rules: 0.37 / 1.01; before the layout copies, the
+    inlined calls and the one-array exemption: 0.23 / 0.92). An Equinox transformer's
+    gradient emulated 0.46x, 0.41x, 0.35x XLA's instructions at 2, 4, 8 layers before,
+    0.59x at each now. A 2048-layer MLP gradient: 168k for XLA's 285k. Still off: Haiku
+    GRU stacks unrolled by `hk.static_unroll` come out at 1.2-1.9x XLA's count (other
+    rows 0.3-0.8x), and sympy2jax with 4 outputs up to 2.9x (`bench/fusion_emulation.md`).
     """
 
     def __init__(self) -> None:
