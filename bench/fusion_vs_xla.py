@@ -57,8 +57,7 @@ def main() -> None:
     args = parser.parse_args()
     rows = pd.read_parquet(args.rows)
     rows = rows[(rows.status == "ok") & (rows.hlo_instructions > 0)]
-    sample = rows.groupby("family", group_keys=False).apply(
-        lambda g: g.sample(min(len(g), args.per_family), random_state=0))
+    sample = rows.sample(frac=1.0, random_state=0).groupby("family").head(args.per_family)
     dump(sample, args.dump)
     ops, fused = zip(*(emulated(args.dump / f"{hashlib.sha1(k.encode()).hexdigest()[:12]}.mlir")
                        for k in sample.key))
