@@ -28,11 +28,6 @@ from ._blame_views import Node, call_tree, icicle_html, trace_events
 from ._predict import Prediction, _fmt_bytes, _fmt_seconds, predict_features
 
 FIXED = "(fixed cost of any compile)"
-# model inputs a region tally counts itself; other size counts are not divided by region
-_COUNTED = {"hlo_ops_inlined": "ops", "hlo_ops_trip_weighted": "ops_trip_weighted",
-            "tensor_sum_elements": "tensor_elements",
-            "dense_constant_bytes": "dense_constant_bytes", "fold_elements": "fold_elements",
-            "fold_dot_flops": "fold_dot_flops"}
 
 
 @dataclass(frozen=True)
@@ -168,15 +163,14 @@ def _divide(target: str, total: float, inputs: Mapping[str, float],
 
 def _region_counts(inputs: Mapping[str, float], tallies: Mapping[str, RegionTally],
                    names: list[str]) -> dict[str, np.ndarray]:
-    """Each counted model input divided among the regions in their proportions (so they
-    sum to the program's own count); `ops` always present."""
+    """Each model input the regions count, divided among them in their proportions (so
+    they sum to the program's own count); `ops` always present."""
     out = {}
-    for term, attribute in {**_COUNTED, "ops": "ops"}.items():
-        raw = np.array([getattr(tallies[n], attribute) for n in names], float)
-        whole = inputs.get(term, raw.sum()) if term != "ops" else raw.sum()
+    for term in sorted({name for n in names for name in tallies[n].counts}):
+        raw = np.array([tallies[n].counts.get(term, 0.0) for n in names], float)
         if raw.sum() > 0:
-            out[term] = raw / raw.sum() * whole
-    out.setdefault("ops", np.ones(len(names)))
+            out[term] = raw / raw.sum() * inputs.get(term, raw.sum())
+    out["ops"] = out.get("hlo_ops_inlined", np.ones(len(names)))
     return out
 
 

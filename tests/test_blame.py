@@ -7,9 +7,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import lax
 
 import costmodel
 from costmodel import cli
+from costmodel.features.regions import region_tallies
 
 X = jax.ShapeDtypeStruct((32, 64), jnp.float32)
 W = jax.ShapeDtypeStruct((64, 64), jnp.float32)
@@ -40,6 +42,53 @@ def hidden_constant(x):
 def library_calls(x, w):
     h = jax.nn.gelu(x @ w)
     return jnp.sum(jax.nn.softmax(h, axis=-1))
+
+
+def _tallies(f, *args):
+    return region_tallies(jax.jit(f).lower(*args).compiler_ir("stablehlo"))
+
+
+@jax.jit
+def twice(x):
+    return jnp.sin(x) @ x.T
+
+
+def many_kinds(x, c):
+    a = twice(x) + twice(x * 2)
+    b, ys = lax.scan(lambda carry, _: (jnp.tanh(carry @ carry), carry.sum()), x, None, length=7)
+    d = lax.cond(c > 0, jnp.cos, lambda v: v * 3, x)
+    e = lax.fori_loop(0, 5, lambda i, v: v + jnp.exp(v), x)
+    f = jnp.linalg.cholesky(x @ x.T + 8 * jnp.eye(8))
+    return a.sum() + b.sum() + ys.sum() + d.sum() + e.sum() + f.sum()
+
+
+def test_the_regions_counts_add_up_to_the_programs_model_inputs():
+    args = (jax.ShapeDtypeStruct((8, 8), jnp.float32), jax.ShapeDtypeStruct((), jnp.float32))
+    inputs = costmodel.lower(many_kinds, *args).features(jaxpr=False).model_inputs()
+    tallies = _tallies(many_kinds, *args)
+    names = {name for tally in tallies.values() for name in tally.counts}
+    assert {"hlo_ops", "hlo_ops_trip_weighted", "op_sine", "cat_control_flow", "dot_flops",
+            "while_total_iterations", "case_count", "custom_call_linalg"} <= names
+    totals = {name: sum(t.counts.get(name, 0.0) for t in tallies.values()) for name in names}
+    assert totals == {name: inputs[name] for name in names}
+    # a function called twice: once in the module's count, twice inlined
+    assert inputs["hlo_ops"] < inputs["hlo_ops_inlined"] < inputs["hlo_ops_trip_weighted"]
+
+
+def planted(x, plant: bool):
+    s = jnp.sum(jnp.sin(x))
+    if plant:
+        x = jnp.tanh(x @ x.T) @ x
+    return s + jnp.sum(x)
+
+
+def test_a_program_less_a_regions_counts_is_the_program_lowered_without_it():
+    whole = costmodel.lower(planted, X, plant=True).features(jaxpr=False).model_inputs()
+    alone = costmodel.lower(planted, X, plant=False).features(jaxpr=False).model_inputs()
+    counts = _tallies(lambda x: planted(x, True), X)[_line(planted, "jnp.tanh")].counts
+    assert counts["op_dot_general"] == 2 and counts["dot_flops"] > 0
+    assert {name: whole[name] - value for name, value in counts.items()} == \
+        {name: alone[name] for name in counts}
 
 
 def test_regions_sum_to_the_prediction():
