@@ -2,6 +2,7 @@
 
 import inspect
 import json
+from dataclasses import replace
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +12,7 @@ from jax import lax
 
 import costmodel
 from costmodel import cli
+from costmodel._blame import FIXED, SHARED, without_region
 from costmodel.features.regions import region_tallies
 
 X = jax.ShapeDtypeStruct((32, 64), jnp.float32)
@@ -44,8 +46,45 @@ def library_calls(x, w):
     return jnp.sum(jax.nn.softmax(h, axis=-1))
 
 
+def costly_kinds(x):
+    a = jnp.sum(jnp.tanh(jnp.exp(x)))
+    y = x
+    for _ in range(30):
+        y = y + x
+    return a + jnp.sum(y)
+
+
 def _tallies(f, *args):
     return region_tallies(jax.jit(f).lower(*args).compiler_ir("stablehlo"))
+
+
+def _predicted_without(features, counts) -> float:
+    values = {**features.values, **without_region(features.model_inputs(), counts)}
+    return costmodel.predict_features(replace(features, values=values)).compile_seconds
+
+
+def test_a_regions_part_is_what_the_model_predicts_removing_it_saves():
+    features = costmodel.lower(costly_kinds, X).features(jaxpr=False)
+    tallies = _tallies(costly_kinds, X)
+    whole = costmodel.predict_features(features).compile_seconds
+    blame = costmodel.blame(costly_kinds, X)
+    seconds = {r.source: r.seconds for r in blame.regions}
+    for source, tally in tallies.items():
+        saved = whole - _predicted_without(features, tally.counts)
+        assert seconds[source] == pytest.approx(max(saved, 0.0), rel=1e-6, abs=1e-12)
+    every = {}
+    for tally in tallies.values():
+        for name, value in tally.counts.items():
+            every[name] = every.get(name, 0.0) + value
+    assert seconds[FIXED] == pytest.approx(_predicted_without(features, every), rel=1e-6)
+    assert seconds[SHARED] > 0  # the model's cost per op falls as the program grows
+    assert sum(seconds.values()) == pytest.approx(blame.compile_seconds, rel=1e-9)
+    # the kinds of ops count, not only their number (dividing by op counts gave each
+    # of the exponential line's ops less than each add)
+    costly = next(r for r in blame.regions if r.source == _line(costly_kinds, "jnp.tanh"))
+    adds = next(r for r in blame.regions if r.source == _line(costly_kinds, "y = y + x"))
+    assert costly.ops == 5 and adds.ops == 30
+    assert costly.seconds / costly.ops > 1.5 * adds.seconds / adds.ops
 
 
 @jax.jit
