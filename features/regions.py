@@ -23,7 +23,7 @@ from pathlib import Path
 from .categories import HLO_STRUCTURAL
 from .schema import CATEGORIES, HISTOGRAM_OPS
 from .stablehlo.ops import HANDLERS, Site, count, short_name, trip_count
-from .stablehlo.tally import FIELDS, Tally, added, count_items, trip_weighted
+from .stablehlo.tally import FIELDS, Tally, added, count_items, larger, trip_weighted
 
 OUTSIDE = "(outside your code)"  # ops with no frame of the user's: JAX's own glue
 _FRAME = re.compile(r'"([^"]+)"\("([^"]+)":(\d+):')
@@ -39,6 +39,11 @@ class RegionTally:
 
     name: str  # the function the line is in, as JAX recorded it
     counts: dict[str, float] = field(default_factory=dict)
+    # the model inputs that are a largest value over ops (`largest_features`), the
+    # region's own, and the (shape, dtype) of its results: what the rest of the program
+    # keeps of them without it
+    largest: dict[str, float] = field(default_factory=dict)
+    shapes: set = field(default_factory=set)
     # ops by the call stack they were reached through: ((function, "file:LINE"), ...),
     # outermost first, ending at this region's line
     stacks: dict = field(default_factory=dict)
@@ -174,6 +179,8 @@ def _tally(records: list[_Op], tensor) -> dict[str, RegionTally]:
         tally.stacks[r.stack] = tally.stacks.get(r.stack, 0.0) + 1.0
     for key, (first, later) in walks.items():
         tallies[key].counts.update(additive_features(first, later))
+        tallies[key].largest = largest_features(first, later)
+        tallies[key].shapes = first.shapes | later.shapes
     return tallies
 
 
@@ -181,7 +188,7 @@ def additive_features(first: Tally, later: Tally) -> dict[str, float]:
     """The model inputs that sum over ops, of ops tallied at their function's first visit
     (`first`) and at later ones (`later`): inlined and trip-weighted features count
     every visit, module totals each function once. The others (largest sizes, fusion,
-    chains, kernels per sequence, fan-out) are not sums over ops."""
+    chains, kernels per sequence, fan-out) are no sums over ops."""
     out: dict[str, float] = {}
     for f in FIELDS:
         if f.along in (added, trip_weighted) and f.name != "fanout_squares":  # from `uses`
@@ -192,4 +199,16 @@ def additive_features(first: Tally, later: Tally) -> dict[str, float]:
         out[f"cat_{category}"] = float(first.categories[category] + later.categories[category])
     for op_name in HISTOGRAM_OPS:
         out[f"op_{op_name}"] = float(first.histogram[op_name] + later.histogram[op_name])
+    return out
+
+
+def largest_features(first: Tally, later: Tally) -> dict[str, float]:
+    """The model inputs that are the largest value over ops (tensor, rank, constant, trip
+    count), of the ops of both tallies."""
+    out: dict[str, float] = {}
+    for f in FIELDS:
+        name = f.total if f.over_module is max else \
+            f.inlined if f.along is larger and f.name != "fanout_max" else None  # from `uses`
+        if name is not None:
+            out[name] = float(max(getattr(first, f.name), getattr(later, f.name)))
     return out

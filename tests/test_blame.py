@@ -12,7 +12,7 @@ from jax import lax
 
 import costmodel
 from costmodel import cli
-from costmodel._blame import FIXED, SHARED, without_region
+from costmodel._blame import FIXED, SHARED, without_regions
 from costmodel.features.regions import region_tallies
 
 X = jax.ShapeDtypeStruct((32, 64), jnp.float32)
@@ -58,25 +58,22 @@ def _tallies(f, *args):
     return region_tallies(jax.jit(f).lower(*args).compiler_ir("stablehlo"))
 
 
-def _predicted_without(features, counts) -> float:
-    values = {**features.values, **without_region(features.model_inputs(), counts)}
+def _predicted(features, values: dict) -> float:
+    values = {**features.values, **values}
     return costmodel.predict_features(replace(features, values=values)).compile_seconds
 
 
 def test_a_regions_part_is_what_the_model_predicts_removing_it_saves():
     features = costmodel.lower(costly_kinds, X).features(jaxpr=False)
     tallies = _tallies(costly_kinds, X)
+    nothing, *without = without_regions(features.model_inputs(), list(tallies.values()))
     whole = costmodel.predict_features(features).compile_seconds
     blame = costmodel.blame(costly_kinds, X)
     seconds = {r.source: r.seconds for r in blame.regions}
-    for source, tally in tallies.items():
-        saved = whole - _predicted_without(features, tally.counts)
+    for source, values in zip(tallies, without):
+        saved = whole - _predicted(features, values)
         assert seconds[source] == pytest.approx(max(saved, 0.0), rel=1e-6, abs=1e-12)
-    every = {}
-    for tally in tallies.values():
-        for name, value in tally.counts.items():
-            every[name] = every.get(name, 0.0) + value
-    assert seconds[FIXED] == pytest.approx(_predicted_without(features, every), rel=1e-6)
+    assert seconds[FIXED] == pytest.approx(_predicted(features, nothing), rel=1e-6)
     assert seconds[SHARED] > 0  # the model's cost per op falls as the program grows
     assert sum(seconds.values()) == pytest.approx(blame.compile_seconds, rel=1e-9)
     # the kinds of ops count, not only their number (dividing by op counts gave each
@@ -117,17 +114,21 @@ def test_the_regions_counts_add_up_to_the_programs_model_inputs():
 def planted(x, plant: bool):
     s = jnp.sum(jnp.sin(x))
     if plant:
-        x = jnp.tanh(x @ x.T) @ x
+        x = jnp.tanh(x @ x.T) @ x + jnp.sum(x[:, :, None] * x[:, None, :], axis=-1)
     return s + jnp.sum(x)
 
 
-def test_a_program_less_a_regions_counts_is_the_program_lowered_without_it():
+def test_a_program_less_a_regions_tally_is_the_program_lowered_without_it():
     whole = costmodel.lower(planted, X, plant=True).features(jaxpr=False).model_inputs()
     alone = costmodel.lower(planted, X, plant=False).features(jaxpr=False).model_inputs()
-    counts = _tallies(lambda x: planted(x, True), X)[_line(planted, "jnp.tanh")].counts
-    assert counts["op_dot_general"] == 2 and counts["dot_flops"] > 0
-    assert {name: whole[name] - value for name, value in counts.items()} == \
-        {name: alone[name] for name in counts}
+    tallies = _tallies(lambda x: planted(x, True), X)
+    line = _line(planted, "jnp.tanh")
+    tally = tallies[line]
+    assert tally.counts["op_dot_general"] == 2 and tally.counts["dot_flops"] > 0
+    assert tally.largest["tensor_max_rank"] == 3 > alone["tensor_max_rank"]
+    without = without_regions(whole, list(tallies.values()))[1 + list(tallies).index(line)]
+    exact = [*tally.counts, *tally.largest, "distinct_shapes"]
+    assert {name: without[name] for name in exact} == {name: alone[name] for name in exact}
 
 
 def test_regions_sum_to_the_prediction():
