@@ -84,6 +84,20 @@ def test_a_regions_part_is_what_the_model_predicts_removing_it_saves():
     assert costly.seconds / costly.ops > 1.5 * adds.seconds / adds.ops
 
 
+def test_where_no_regions_removal_changes_the_prediction_the_baseline_is_divided(monkeypatch):
+    from costmodel import _blame
+
+    def flat(artifact, inputs, tallies):  # every row predicts as the whole program
+        return {t: np.full(2 + len(tallies), 1.0) for t in ("compile_seconds", "peak_rss_bytes")}
+
+    monkeypatch.setattr(_blame, "counterfactuals", flat)
+    blame = costmodel.blame(hidden_loop, X, W)
+    assert SHARED not in {r.source for r in blame.regions}
+    assert sum(r.seconds for r in blame.regions) == pytest.approx(blame.compile_seconds)
+    top = blame.regions[0]  # by its marginal cost under the size law
+    assert top.source == _line(hidden_loop, "jnp.tanh(x @ w)") and top.share > 0.8
+
+
 @jax.jit
 def twice(x):
     return jnp.sin(x) @ x.T
