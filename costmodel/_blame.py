@@ -21,10 +21,10 @@ instead charges big regions what their removal does not save (on the quiet timin
 `bench/blame_validation.py`, the planted region's share came out 1.27x the share its
 removal saved at the median that way, 1.03x this way). Savings that add up to more (the
 tree's steps: a region whose shapes no other has takes a distinct shape with it) are
-scaled down to fit. Where no region's
-removal changes the prediction (or the program without any predicts as much), the
-baseline's terms are divided instead (`_divide_by_terms`). This machine's calibration
-scales every part alike, so the rows sum to the prediction.
+scaled down to fit. Where no region's removal changes the prediction (or the program
+without any predicts as much), the baseline's terms are divided instead
+(`_divide_by_terms`). This machine's calibration scales every part alike, so the rows
+sum to the prediction.
 """
 
 from __future__ import annotations
@@ -212,8 +212,8 @@ def _divide(target: str, total: float, points: Mapping[str, np.ndarray],
     fixed = max(none, 0.0)
     if not (saved.sum() > 1e-6 * whole and whole > fixed):  # the model sees no region
         return _divide_by_terms(target, total, inputs, tallies, names, artifact)
-    # a region's removal never saves more than its part of the whole: past the fixed cost,
-    # savings that add up to more (a superlinear term) are scaled down to fit
+    # savings that add up to more than the prediction past the fixed cost are scaled
+    # down to fit; less leaves the rest SHARED (see the module doc)
     saved *= min(1.0, (whole - fixed) / saved.sum())
     scale = total / whole  # this machine's calibration
     out = {name: float(value) * scale for name, value in zip(names, saved)}
