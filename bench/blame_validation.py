@@ -17,8 +17,11 @@ Two scores:
 
 The program with and without its planted region are compiled interleaved, median of
 --repeats (5), new function objects, persistent cache off (`_compile_timing.py`).
+`--shares-from OLD.json` compiles nothing: it blames again against the timings an earlier
+run stored (blame itself never compiles), so two versions of blame meet the same
+measurements.
 
-    python bench/blame_validation.py [--repeats 5] [--json out.json]
+    python bench/blame_validation.py [--repeats 5] [--json out.json] [--shares-from old.json]
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from _compile_timing import interleaved, medians
 from jax import lax
 
 import costmodel
-from costmodel._blame import FIXED
+from costmodel._blame import FIXED, SHARED
 
 FACTOR = 2.0
 F32 = jnp.float32
@@ -237,7 +240,7 @@ def planted_line(kind: str) -> str:
 
 def judge(kind: str, name: str, blame, measured: dict) -> dict:
     target = planted_line(kind)
-    sources = [r for r in blame.regions if r.source != FIXED]
+    sources = [r for r in blame.regions if r.source not in (FIXED, SHARED)]
     share = next((r.share for r in blame.regions if r.source == target), 0.0)
     saved = (measured["with"] - measured["without"]) / measured["with"]
     ratio = share / saved if saved > 0 else float("inf")
@@ -257,14 +260,20 @@ def judge(kind: str, name: str, blame, measured: dict) -> dict:
     return row
 
 
-def run(repeats: int) -> dict:
+def run(repeats: int, stored: dict | None = None) -> dict:
+    """Time and judge every program; with `stored` (an earlier run's JSON), judge against
+    its timings instead of compiling."""
     jax.config.update("jax_enable_compilation_cache", False)
-    interleaved({"warm-up": lambda: loop(3)[2](True)}, 1)
+    timed = {r["program"]: r["all_s"] for r in (stored or {"results": []})["results"]}
+    if stored is None:
+        interleaved({"warm-up": lambda: loop(3)[2](True)}, 1)
+    else:
+        repeats = stored["repeats"]
     rows = []
     for kind, name, make in programs():
         blame = costmodel.blame(*_flat(make(True)))
-        times = interleaved({"with": lambda: make(True), "without": lambda: make(False)},
-                            repeats)
+        times = timed[name] if stored is not None else interleaved(
+            {"with": lambda: make(True), "without": lambda: make(False)}, repeats)
         rows.append({**judge(kind, name, blame, medians(times)), "all_s": times})
     from costmodel.training.measure.machine import environment
 
@@ -277,7 +286,8 @@ def run(repeats: int) -> dict:
         "agree": sum(r["agree"] for r in rows), "agree_fraction": sum(r["agree"] for r in rows) / n,
         "ratio_median": float(np.median([r["ratio"] for r in rows])),
         "machine": {k: env[k] for k in ("cpu_model", "cpu_count", "jax_version")},
-        "load_average_after": os.getloadavg(), "results": rows}
+        "load_average_after": os.getloadavg() if stored is None
+        else stored.get("load_average_after"), "results": rows}
     print(f"top-1: the planted line ranked first among source regions in {summary['top1']}/{n} "
           f"({summary['top1_fraction']:.0%}; {summary['top1_with_fixed']}/{n} counting the "
           f"fixed-cost row); blamed share within {FACTOR:g}x of the removal's measured saving "
@@ -295,7 +305,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--shares-from", default=None,
+                        help="an earlier run's --json: blame against its timings, compile nothing")
     args = parser.parse_args()
-    summary = run(args.repeats)
+    summary = run(args.repeats, args.shares_from and json.loads(Path(args.shares_from).read_text()))
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=1) + "\n")

@@ -47,6 +47,11 @@ class Folds:
         self.dot_flops += other.dot_flops
         self.bytes += other.bytes
 
+    def features(self) -> dict[str, float]:
+        """The fold_* features these folds give."""
+        return {"fold_ops": self.ops, "fold_elements": self.elements,
+                "fold_dot_flops": self.dot_flops, "fold_bytes": self.bytes}
+
 
 # (op, short name) -> flops of a dot or convolution, None for any other op
 DotFlops = Callable[[object, str], "float | None"]
@@ -60,12 +65,12 @@ class ConstantFolding:
     """
 
     def __init__(self, funcs: dict, tensor: Callable, dot_flops: DotFlops,
-                 on_fold: Callable[[object, float, float], None] | None = None) -> None:
+                 on_fold: Callable[[object, Folds], None] | None = None) -> None:
         self.funcs = funcs
         self._tensor = tensor
         self._dot_flops = dot_flops
         self._memo: dict = {}
-        # told (op, elements, dot flops) of each op folded: where blame charges the folds
+        # told (op, its own folds) of each op folded: where blame charges the folds
         self._on_fold = on_fold
 
     def function(self, name: str, constant_args: tuple[bool, ...] = ()) -> tuple[Folds, tuple]:
@@ -118,14 +123,13 @@ class ConstantFolding:
                 ins = [self._tensor(value.type) for value in operands]
                 outs = [self._tensor(value.type) for value in results]
                 if _within_limit(ins + outs):
-                    folds.ops += 1
                     flops = self._dot_flops(op, name)
-                    elements = elements_touched(ins, outs) if flops is None else 0.0
-                    folds.elements += elements
-                    folds.dot_flops += flops or 0.0
+                    own = Folds(1, elements_touched(ins, outs) if flops is None else 0.0,
+                                flops or 0.0,
+                                sum(info.nbytes for info in outs if info is not None))
+                    folds.add(own)
                     if self._on_fold is not None:
-                        self._on_fold(op, elements, flops or 0.0)
-                    folds.bytes += sum(info.nbytes for info in outs if info is not None)
+                        self._on_fold(op, own)
                     constant.update(results)
                     continue  # a folded op's regions (a reduction's body) fold with it
             carried = _sunk_constants(op, constant) if name == "while" else ()

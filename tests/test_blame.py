@@ -2,14 +2,18 @@
 
 import inspect
 import json
+from dataclasses import replace
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import lax
 
 import costmodel
 from costmodel import cli
+from costmodel._blame import FIXED, SHARED, without_regions
+from costmodel.features.regions import region_tallies
 
 X = jax.ShapeDtypeStruct((32, 64), jnp.float32)
 W = jax.ShapeDtypeStruct((64, 64), jnp.float32)
@@ -40,6 +44,118 @@ def hidden_constant(x):
 def library_calls(x, w):
     h = jax.nn.gelu(x @ w)
     return jnp.sum(jax.nn.softmax(h, axis=-1))
+
+
+def costly_kinds(x):
+    a = jnp.sum(jnp.tanh(jnp.exp(x)))
+    y = x
+    for _ in range(30):
+        y = y + x
+    return a + jnp.sum(y)
+
+
+def _tallies(f, *args):
+    return region_tallies(jax.jit(f).lower(*args).compiler_ir("stablehlo"))
+
+
+def _predicted(features, values: dict) -> float:
+    values = {**features.values, **values}
+    return costmodel.predict_features(replace(features, values=values)).compile_seconds
+
+
+def test_a_regions_part_is_what_the_model_predicts_removing_it_saves():
+    features = costmodel.lower(costly_kinds, X).features(jaxpr=False)
+    tallies = _tallies(costly_kinds, X)
+    nothing, *without = without_regions(features.model_inputs(), list(tallies.values()))
+    whole = costmodel.predict_features(features).compile_seconds
+    blame = costmodel.blame(costly_kinds, X)
+    seconds = {r.source: r.seconds for r in blame.regions}
+    for source, values in zip(tallies, without):
+        saved = whole - _predicted(features, values)
+        assert seconds[source] == pytest.approx(max(saved, 0.0), rel=1e-6, abs=1e-12)
+    assert seconds[FIXED] == pytest.approx(_predicted(features, nothing), rel=1e-6)
+    assert seconds[SHARED] > 0  # the model's cost per op falls as the program grows
+    assert sum(seconds.values()) == pytest.approx(blame.compile_seconds, rel=1e-9)
+
+
+def test_a_region_is_charged_what_its_removal_saves_not_its_share_of_ops(monkeypatch):
+    from costmodel import _blame
+
+    names = list(_tallies(costly_kinds, X))
+    costly, adds = _line(costly_kinds, "jnp.tanh"), _line(costly_kinds, "y = y + x")
+    saves = {costly: 0.5, adds: 0.2}  # the 5-op line saves more than the 30 adds
+
+    def model(artifact, inputs, tallies):
+        without = [1.0 - saves.get(name, 0.0) for name in names]
+        return {t: np.array([1.0, 0.1, *without]) for t in ("compile_seconds", "peak_rss_bytes")}
+
+    monkeypatch.setattr(_blame, "counterfactuals", model)
+    blame = costmodel.blame(costly_kinds, X)
+    scale = blame.compile_seconds / 1.0  # this machine's calibration scales every row
+    parts = {r.source: (r.seconds / scale, r.ops) for r in blame.regions}
+    assert parts[costly] == (pytest.approx(0.5), 5) and parts[adds] == (pytest.approx(0.2), 30)
+    assert parts[FIXED][0] == pytest.approx(0.1) and parts[SHARED][0] == pytest.approx(0.2)
+
+
+def test_where_no_regions_removal_changes_the_prediction_the_baseline_is_divided(monkeypatch):
+    from costmodel import _blame
+
+    def flat(artifact, inputs, tallies):  # every row predicts as the whole program
+        return {t: np.full(2 + len(tallies), 1.0) for t in ("compile_seconds", "peak_rss_bytes")}
+
+    monkeypatch.setattr(_blame, "counterfactuals", flat)
+    blame = costmodel.blame(hidden_loop, X, W)
+    assert SHARED not in {r.source for r in blame.regions}
+    assert sum(r.seconds for r in blame.regions) == pytest.approx(blame.compile_seconds)
+    top = blame.regions[0]  # by its marginal cost under the size law
+    assert top.source == _line(hidden_loop, "jnp.tanh(x @ w)") and top.share > 0.8
+
+
+@jax.jit
+def twice(x):
+    return jnp.sin(x) @ x.T
+
+
+def many_kinds(x, c):
+    a = twice(x) + twice(x * 2)
+    b, ys = lax.scan(lambda carry, _: (jnp.tanh(carry @ carry), carry.sum()), x, None, length=7)
+    d = lax.cond(c > 0, jnp.cos, lambda v: v * 3, x)
+    e = lax.fori_loop(0, 5, lambda i, v: v + jnp.exp(v), x)
+    f = jnp.linalg.cholesky(x @ x.T + 8 * jnp.eye(8))
+    return a.sum() + b.sum() + ys.sum() + d.sum() + e.sum() + f.sum()
+
+
+def test_the_regions_counts_add_up_to_the_programs_model_inputs():
+    args = (jax.ShapeDtypeStruct((8, 8), jnp.float32), jax.ShapeDtypeStruct((), jnp.float32))
+    inputs = costmodel.lower(many_kinds, *args).features(jaxpr=False).model_inputs()
+    tallies = _tallies(many_kinds, *args)
+    names = {name for tally in tallies.values() for name in tally.counts}
+    assert {"hlo_ops", "hlo_ops_trip_weighted", "op_sine", "cat_control_flow", "dot_flops",
+            "while_total_iterations", "case_count", "custom_call_linalg"} <= names
+    totals = {name: sum(t.counts.get(name, 0.0) for t in tallies.values()) for name in names}
+    assert totals == {name: inputs[name] for name in names}
+    # a function called twice: once in the module's count, twice inlined
+    assert inputs["hlo_ops"] < inputs["hlo_ops_inlined"] < inputs["hlo_ops_trip_weighted"]
+
+
+def planted(x, plant: bool):
+    s = jnp.sum(jnp.sin(x))
+    if plant:
+        x = jnp.tanh(x @ x.T) @ x + jnp.sum(x[:, :, None] * x[:, None, :], axis=-1)
+    return s + jnp.sum(x)
+
+
+def test_a_program_less_a_regions_tally_is_the_program_lowered_without_it():
+    whole = costmodel.lower(planted, X, plant=True).features(jaxpr=False).model_inputs()
+    alone = costmodel.lower(planted, X, plant=False).features(jaxpr=False).model_inputs()
+    tallies = _tallies(lambda x: planted(x, True), X)
+    line = _line(planted, "jnp.tanh")
+    tally = tallies[line]
+    assert tally.counts["op_dot_general"] == 2 and tally.counts["dot_flops"] > 0
+    assert tally.largest["tensor_max_rank"] == 3 > alone["tensor_max_rank"]
+    without = without_regions(whole, list(tallies.values()))[1 + list(tallies).index(line)]
+    exact = [*tally.counts, *tally.largest, "distinct_shapes"]
+    assert {name: without[name] for name in exact} == {name: alone[name] for name in exact}
 
 
 def test_regions_sum_to_the_prediction():

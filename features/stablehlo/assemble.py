@@ -31,10 +31,7 @@ def stablehlo_features(module) -> tuple[dict[str, float], dict]:
         if f.total is not None:
             values[f.total] = totals[f.name]
     values["hlo_functions"] = len(funcs)
-    values["fold_ops"] = folds.ops
-    values["fold_elements"] = folds.elements
-    values["fold_dot_flops"] = folds.dot_flops
-    values["fold_bytes"] = folds.bytes
+    values.update(folds.features())
     values.update(_fusion_features(combined["fusions"] + tallies[entry].body_fusions))
     values["chain_length"] = tallies[entry].chain
     body, nested = kernel_sequences(entry, tallies, {})
