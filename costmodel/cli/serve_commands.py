@@ -35,8 +35,6 @@ def cmd_serve(args) -> int:
     return 0
 
 
-
-
 def cmd_retrain_worker(args) -> int:
     import logging
 
