@@ -35,17 +35,13 @@ def dot_stats(op, tensor=tensor) -> tuple[float, bool, int]:
         free = math.prod(n for i, n in enumerate(info.shape) if i not in skipped)
         return free, math.prod(info.shape[i] for i in contracting if i < len(info.shape))
 
-    def transposed(info: TensorInfo, side: str) -> bool:
-        return operand_transposed(len(info.shape), dims.get(f"{side}_batching_dimensions", []),
-                                  dims.get(f"{side}_contracting_dimensions", []), side)
-
     lhs_free, contracted = free_and_contracted(lhs, "lhs")
     flops = 0.0 if out is None else 2.0 * out.elements * contracted
+    transposes = len(transposed_dot_operands(op, tensor))
     if rhs is None:
-        return flops, False, int(transposed(lhs, "lhs"))
+        return flops, False, transposes
     rhs_free, _ = free_and_contracted(rhs, "rhs")
-    return (flops, contracted > 1 and min(lhs_free, rhs_free) == 1,
-            int(transposed(lhs, "lhs")) + int(transposed(rhs, "rhs")))
+    return flops, contracted > 1 and min(lhs_free, rhs_free) == 1, transposes
 
 
 def transposed_dot_operands(op, tensor=tensor) -> list[tuple[int, tuple]]:

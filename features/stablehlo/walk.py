@@ -90,7 +90,6 @@ class Walker:
             tally.sequences.append((kernels, len(groups), site.callees, sequence == "body"))
         return longest
 
-
     def _inline(self, fusions: Fusions, call, operands: list, results: list, site: tuple,
                 depth: int) -> None:
         """Visit the callee of `call` into the caller's `fusions`, as XLA fuses the
@@ -99,11 +98,9 @@ class Walker:
         from jax._src.lib.mlir import ir
 
         callee = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
-        if callee not in self.funcs or depth >= 64 or callee in site[1:]:
-            fusions.visit(operands, results, "call", None, rank([]))
-            return
-        blocks = [b for region in self.funcs[callee].regions for b in region.blocks]
-        if len(blocks) != 1:
+        blocks = [] if callee not in self.funcs or depth >= 64 or callee in site[1:] else \
+            [b for region in self.funcs[callee].regions for b in region.blocks]
+        if len(blocks) != 1:  # unknown, recursive or too deep: an opaque op
             fusions.visit(operands, results, "call", None, rank([]))
             return
         site = site + (callee,)
