@@ -241,3 +241,28 @@ def test_real_programs_weigh_real_weight_times_a_synthetic_row(synthetic_rows):
     low = train(rows, "cpu", **FAST, residual_model=False, real_weight=1.0).predict(probe)
     high = train(rows, "cpu", **FAST, residual_model=False, real_weight=50.0).predict(probe)
     assert high["compile_seconds"]["point"][0] > 1.5 * low["compile_seconds"]["point"][0]
+
+
+def test_real_programs_residuals_alone_set_the_intervals_where_there_are_enough():
+    from conftest import make_rows
+
+    from costmodel.training.fitting.estimator import MIN_INTERVAL_RESIDUALS
+
+    rng = np.random.default_rng(5)
+    rows = make_rows(rng.uniform(100, 2000, 400), families=8)
+    # synthetic families scatter 4x as much as the real programs around the same law
+    real = np.arange(len(rows)) % 2 == 0
+    rows["library"] = np.where(real, "lib" + (np.arange(len(rows)) % 8).astype(str), "")
+    rows["compile_seconds"] *= np.exp(rng.normal(0, np.where(real, 0.1, 0.4)))
+    probe = features_frame(make_rows(np.array([1000.0]), seed=2))
+
+    def width(data):
+        pred = train(data, "cpu", "", residual_model=False, **FAST).predict(probe)
+        return float(pred["compile_seconds"]["hi"][0] / pred["compile_seconds"]["lo"][0])
+
+    # central 90% of a lognormal: exp(2 * 1.645 * sigma); sigma 0.1 -> 1.39x, 0.4 -> 3.7x,
+    # both together (sigma ~0.29) about 2.6x
+    assert 1.2 < width(rows) < 1.7
+    # with too few real residuals, every row's residual counts again
+    few = rows[~real | (np.cumsum(real) <= MIN_INTERVAL_RESIDUALS - 20)]
+    assert width(few) > 2.2

@@ -34,12 +34,15 @@ def retrain(data: pd.DataFrame, backend: str, target: str, out: Path, name: str,
 
 def build_default(data_paths: Sequence[str | Path], backend: str = "cpu", target: str = "",
                   out: Path | None = None, jobs: int = 1,
-                  outside_results: Path | None = None) -> Artifact:
+                  outside_results: Path | None = None,
+                  predictions_out: Path | None = None) -> Artifact:
     """Train on the named data, evaluate, and write the shipped model with plots and card.
 
     Writes to `costmodel.models.default_path(backend, target)` unless `out` is given;
     `jobs` processes fit the evaluation's folds; the card scores the model on the benches'
-    stored out-of-corpus programs in `outside_results`.
+    stored out-of-corpus programs in `outside_results`; `predictions_out` (a parquet file)
+    keeps the evaluation's held-out predictions, each with its row's `key`
+    (`bench/cross_machine.py` scores them against another machine's measurements).
 
     Example:
         >>> build_default(["training/data/cpu/rows.parquet"], "cpu",
@@ -48,6 +51,9 @@ def build_default(data_paths: Sequence[str | Path], backend: str = "cpu", target
     rows = select_rows(dataset.load(list(data_paths)), backend, target)
     out = Path(out) if out is not None else default_path(backend, target)
     result = run_evaluation(rows, backend, target, jobs=jobs)
+    if predictions_out is not None:
+        held_out = result.predictions.assign(key=rows["key"].to_numpy()[result.predictions["row"]])
+        held_out.to_parquet(predictions_out)
     estimator = train(rows, backend, target)
     artifact = save(estimator, out, backend=backend, target=target, data=rows,
                     metrics=result.report, name=f"costmodel-{out.name}")

@@ -155,7 +155,8 @@ def _fold_predictions(table: _Table, train: np.ndarray, test: np.ndarray,
                             if np.sum(np.isfinite(v[train]) & (v[train] > 0)) >= 2},
             groups=table.groups[train],
             reference=None if table.reference is None else table.reference[train],
-            sample_weight=row_weights(table.library[train], **options))
+            sample_weight=row_weights(table.library[train], **options),
+            interval_rows=table.library[train] != "")
         fitted["costmodel"] = model.predict(X.iloc[test])
     for name in models:
         if name not in BASELINES:

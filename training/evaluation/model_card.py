@@ -106,7 +106,9 @@ def write_card(path: Path, manifest: dict, report: dict, rows: pd.DataFrame,
             "program's time measured alongside, so predictions are for a machine as fast as "
             "the sweep's median; `costmodel.training.measure.calibrate` scales them to another "
             "machine. Intervals are split-conformal on out-of-fold residuals with whole "
-            "families held out.", "",
+            "families (real programs: whole libraries) held out, per tercile of predicted "
+            "size; where the data holds enough real programs, their residuals alone set "
+            "the intervals.", "",
             "## Data", "",
             f"- {len(rows)} measured compiles (status ok), {len(counts)} families, "
             f"fingerprint `{manifest['training_data']['fingerprint']}`",

@@ -167,7 +167,8 @@ def train(data: pd.DataFrame, backend: str, target: str = "", **params) -> Compi
                  if "ref_seconds" in rows else None)
     params, options = split_options(params)
     model = CompileCostModel(**model_params(backend, params))
+    library = libraries(rows)
     model.fit(features_frame(rows), y, groups=holdout_groups(rows), reference=reference,
-              sample_weight=row_weights(libraries(rows), **options))
+              sample_weight=row_weights(library, **options), interval_rows=library != "")
     model.predictor_ = replace(model.predictor_, phase_shares=fit_phase_shares(rows))
     return model

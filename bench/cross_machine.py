@@ -1,0 +1,242 @@
+"""Does the CPU model carry to another CPU kind? Real-corpus programs measured on this
+machine, predicted by models trained on rows from the training machine, before and after
+`costmodel calibrate` here.
+
+Three steps, each its own command so the timing step runs alone on the machine:
+
+    python bench/cross_machine.py heldout --out DIR    # fits; no timing (minutes, both cores)
+    python bench/cross_machine.py measure --out DIR    # times here (resumable)
+    python bench/cross_machine.py score --out DIR [--json bench/results/cross_machine.json]
+
+`heldout` fits the shipped recipe with each library held out (`leave_library_out`, as
+`costmodel evaluate` does) and keeps every real program's held-out prediction, the model's
+and the op-count power law's, in training-machine seconds. `measure` picks real programs
+spread over the log of their training-machine compile time and over libraries, runs
+`costmodel calibrate` here (before and after the programs, to see drift), and measures each
+program in a fresh process as sweeps do, one at a time; each row is appended the moment it
+is measured, so an interrupted run resumes. `score` compares the held-out predictions with
+the training machine's measurements (the same-machine figure) and with this machine's,
+uncalibrated, scaled by the reference program alone, and scaled per part of the compile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from costmodel.models import load_default
+from costmodel.models.calibration import Calibration
+from costmodel.training.evaluation import metrics
+from costmodel.training.evaluation.evaluate import predictions
+from costmodel.training.fitting.fit import features_frame, model_params, select_rows
+from costmodel.training.measure.calibrate import calibrate
+from costmodel.training.measure.machine import environment
+from costmodel.training.measure.runner import close_zygotes
+from costmodel.training.measure.sweep import measure_program
+from costmodel.training.store import dataset
+
+DATA = Path(__file__).resolve().parents[1] / "training" / "data" / "cpu" / "rows.parquet"
+HELDOUT = "heldout.parquet"
+MEASURED = "measured.jsonl"  # or measured.parquet, compacted
+CALIBRATIONS = ("calibration_before.json", "calibration_after.json")
+
+
+def training_rows() -> pd.DataFrame:
+    return select_rows(dataset.load([DATA]), "cpu").reset_index(drop=True)
+
+
+def heldout(out: Path, jobs: int) -> None:
+    """Held-out predictions of every real program, by library, on the training machine's rows
+    (what `build_default(..., predictions_out=...)` keeps too, beside the other splits)."""
+    rows = training_rows()
+    pred = predictions(rows, "leave_library_out", models=("costmodel", "power_law"),
+                       params=model_params("cpu"), jobs=jobs,
+                       progress=lambda name: print("held out", name, flush=True))
+    pred = pred[pred["target"].isin(["compile_seconds", "peak_rss_bytes"])].copy()
+    pred["key"] = rows["key"].to_numpy()[pred["row"].to_numpy()]
+    pred.drop(columns=["row"]).to_parquet(out / HELDOUT)
+    print(f"wrote {len(pred)} held-out predictions to {out / HELDOUT}")
+
+
+def pick(rows: pd.DataFrame, count: int, max_seconds: float) -> pd.DataFrame:
+    """`count` real programs, evenly spread over log compile time within each library (the
+    libraries share the count by their size, at least two each), largest first within the
+    budget `max_seconds` of training-machine seconds per program."""
+    real = rows[(rows["library"].fillna("") != "") & (rows["compile_seconds"] <= max_seconds)]
+    chosen = []
+    sizes = real["library"].value_counts()
+    for library, n in sizes.items():
+        share = max(2, round(count * n / len(real)))
+        group = real[real["library"] == library].sort_values("compile_seconds")
+        index = np.unique(np.linspace(0, len(group) - 1, min(share, len(group))).round())
+        chosen.append(group.iloc[index.astype(int)])
+    return pd.concat(chosen).sort_values("compile_seconds").reset_index(drop=True)
+
+
+def measure(out: Path, count: int, max_seconds: float) -> None:
+    """Calibrate, measure the chosen programs (skipping those measured already), calibrate."""
+    artifact = load_default("cpu")
+    chosen = pick(training_rows(), count, max_seconds)
+    print(f"{len(chosen)} programs, {chosen['compile_seconds'].sum():.0f} s of training-machine "
+          f"compiles, on {environment()['cpu_model']} x{environment()['cpu_count']}", flush=True)
+    path = out / MEASURED
+    done = set()
+    if path.exists():
+        done = {json.loads(line)["key"] for line in path.read_text().splitlines() if line.strip()}
+    if not (out / CALIBRATIONS[0]).exists():
+        calibrate(path=out / CALIBRATIONS[0], manifest=artifact.manifest)
+    todo = chosen[~chosen["key"].isin(done)]
+    try:
+        for record in tqdm(todo.to_dict("records"), desc="measure", unit="prog"):
+            row = measure_program(record["family"], json.loads(record["params"]), "cpu", "",
+                                  timeout=600.0, memory_limit=16 << 30, max_repeats=3)
+            with path.open("a") as handle:
+                handle.write(json.dumps(row, default=str) + "\n")
+    finally:
+        close_zygotes()
+    calibrate(path=out / CALIBRATIONS[1], manifest=artifact.manifest)
+
+
+def _read_measured(out: Path) -> pd.DataFrame:
+    """The rows measured here: the measure step's JSON lines, or their compacted parquet
+    (`costmodel export`, as committed in `bench/data/cross_machine_amd/`)."""
+    compacted = out / MEASURED.replace(".jsonl", ".parquet")
+    rows = dataset.load([compacted if compacted.exists() else out / MEASURED])
+    return select_rows(rows, "cpu")
+
+
+def _scores(predicted: np.ndarray, measured: np.ndarray) -> dict:
+    fold = np.maximum(predicted / measured, measured / predicted)
+    return {"median_fold": metrics.median_fold(predicted, measured),
+            "p90_fold": metrics.p90_fold(predicted, measured),
+            "within_2x": float(np.mean(fold <= 2.0)), "max_fold": float(fold.max()),
+            "measured_over_predicted": float(np.median(measured / predicted))}
+
+
+def _views(predicted: np.ndarray, raw: np.ndarray, steady: np.ndarray) -> dict:
+    return {"raw": _scores(predicted, raw), "steady": _scores(predicted, steady)}
+
+
+def score(out: Path, heldout_path: Path | None = None) -> dict:
+    """Same-machine and other-machine errors of the held-out predictions of one program set
+    (`heldout_path`: held-out predictions as `heldout` or `build_default` writes them).
+
+    This machine's seconds are scored two ways: `raw`, as measured in the sweep's
+    processes; `steady`, brought to the reference speed `costmodel calibrate` saw here
+    (each row's seconds times (calibration reference / the row's reference) ** the model's
+    reference power), as the training labels are brought to the training machine's median
+    reference: the model predicts a machine in a steady state, not the sweep's drift.
+    """
+    artifact = load_default("cpu")
+    power = artifact.predictor.reference_power
+    here = _read_measured(out)
+    train = training_rows().set_index("key")
+    pred = pd.read_parquet(heldout_path or out / HELDOUT)
+    pred = pred[(pred["target"] == "compile_seconds") & (pred["split"] == "leave_library_out")]
+    ours = pred[pred["model"] == "costmodel"].set_index("key")
+    baseline = pred[pred["model"] == "power_law"].set_index("key")
+    keys = [k for k in here["key"] if k in ours.index and k in train.index]
+    here = here.set_index("key").loc[keys]
+    inputs = features_frame(train.loc[keys].copy()).to_dict("records")
+    shares = artifact.predictor.part_shares(inputs)
+    point = ours.loc[keys, "point"].to_numpy(float)
+    power_law = baseline.loc[keys, "point"].to_numpy(float)
+    raw = here["compile_seconds"].to_numpy(float)
+    row_ref = here["ref_seconds"].to_numpy(float)
+    report = {
+        "model_version": artifact.version,  # its phase shares weigh the part factors
+        "programs": len(keys), "libraries": int(train.loc[keys, "library"].nunique()),
+        "machine_here": {"cpu_model": str(here["cpu_model"].iloc[0]),
+                         "cpu_count": int(here["cpu_count"].iloc[0])},
+        "machine_there": {"cpu_model": str(train["cpu_model"].iloc[0]),
+                          "cpu_count": int(train["cpu_count"].iloc[0])},
+        "reference_power": power,
+        "here_over_there_raw_median": float(np.median(
+            raw / train.loc[keys, "compile_seconds"].to_numpy(float))),
+        "reference_here_median": float(np.median(row_ref)),
+        "reference_there_median": float(np.median(train.loc[keys, "ref_seconds"])),
+        # the held-out label: the training machine's seconds at its median reference
+        "same_machine": {"model": _scores(point, ours.loc[keys, "actual"].to_numpy(float)),
+                         "power_law": _scores(power_law,
+                                              ours.loc[keys, "actual"].to_numpy(float))},
+        "calibrations": [],
+    }
+    for name in CALIBRATIONS:
+        if not (out / name).exists():
+            continue
+        record = json.loads((out / name).read_text())
+        ref = record["programs"]["reference"]
+        steady = raw * (ref["here"]["compile_seconds"] / row_ref) ** power
+        ref_scale = ref["here"]["compile_seconds"] / ref["training"]["compile_seconds"]
+        parts = np.asarray(Calibration(record["scale"], record["part_scales"]).scale_for(shares))
+        report["calibrations"].append({
+            "file": name, "reference_scale": ref_scale, "overall_scale": record["scale"],
+            "part_scales": record["part_scales"],
+            "uncalibrated": _views(point, raw, steady),
+            "reference_only": _views(point * ref_scale, raw, steady),
+            "per_part": _views(point * parts, raw, steady),
+            "power_law_reference_only": _views(power_law * ref_scale, raw, steady)})
+    same = report["same_machine"]["model"]["median_fold"]
+    report["per_part_over_same_machine"] = {
+        entry["file"]: {view: entry["per_part"][view]["median_fold"] / same
+                        for view in ("raw", "steady")} for entry in report["calibrations"]}
+    report["rows"] = [{"key": k, "library": train.loc[k, "library"],
+                       "there": float(train.loc[k, "compile_seconds"]), "here": float(h),
+                       "heldout_point": float(p)} for k, h, p in zip(keys, raw, point)]
+    return report
+
+
+def _print(report: dict) -> None:
+    def line(label: str, s: dict) -> str:
+        return (f"  {label:<28} median {s['median_fold']:.2f}  p90 {s['p90_fold']:.2f}  "
+                f"within 2x {100 * s['within_2x']:.0f}%  max {s['max_fold']:.1f}  "
+                f"measured/predicted {s['measured_over_predicted']:.2f}")
+    print(f"{report['programs']} programs from {report['libraries']} libraries; "
+          f"{report['machine_there']} -> {report['machine_here']}; compile here over there "
+          f"(raw) median {report['here_over_there_raw_median']:.2f}; reference in the sweep "
+          f"{report['reference_there_median']:.3f} s there, {report['reference_here_median']:.3f}"
+          " s here")
+    print(line("same machine, held out", report["same_machine"]["model"]))
+    print(line("same machine, power law", report["same_machine"]["power_law"]))
+    for entry in report["calibrations"]:
+        print(f" {entry['file']}: reference x{entry['reference_scale']:.2f}, overall "
+              f"x{entry['overall_scale']:.2f}, parts "
+              + ", ".join(f"{k} x{v:.2f}" for k, v in (entry["part_scales"] or {}).items()))
+        for view in ("raw", "steady"):
+            for kind in ("uncalibrated", "reference_only", "per_part",
+                         "power_law_reference_only"):
+                print(line(f"{view}: {kind}", entry[kind][view]))
+    print(" per part over same machine:", json.dumps(report["per_part_over_same_machine"]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("step", choices=("heldout", "measure", "score"))
+    parser.add_argument("--out", type=Path, required=True, help="working folder")
+    parser.add_argument("--programs", type=int, default=64)
+    parser.add_argument("--max-seconds", type=float, default=40.0,
+                        help="largest training-machine compile time among the programs")
+    parser.add_argument("--jobs", type=int, default=2, help="held-out fits side by side")
+    parser.add_argument("--heldout", type=Path, default=None,
+                        help="score: held-out predictions to read (default: the heldout step's)")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.step == "heldout":
+        heldout(args.out, args.jobs)
+    elif args.step == "measure":
+        measure(args.out, args.programs, args.max_seconds)
+    else:
+        report = score(args.out, args.heldout)
+        _print(report)
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
