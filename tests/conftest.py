@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -11,6 +13,16 @@ import pytest
 import stores
 
 from costmodel.features import MODEL_FEATURES
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def bench_module(name: str):
+    """`bench/<name>.py` imported as a module (the benches are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def make_rows(ops: np.ndarray, seed: int = 0, families: int = 4) -> pd.DataFrame:

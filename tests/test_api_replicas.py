@@ -5,7 +5,6 @@ no request fails. PostgreSQL only: it is the store replicas on several hosts sha
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import time
 from datetime import datetime
@@ -37,10 +36,9 @@ LOAD_MARGIN = 1.0
 def _bench(monkeypatch):
     # the bench imports its sibling modules as a script run from bench/ would
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location("replica_load", ROOT / "bench/replica_load.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from conftest import bench_module
+
+    return bench_module("replica_load")
 
 
 def test_a_promotion_reaches_both_replicas_and_no_request_fails(tmp_path, postgres_url,

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import http.client
-import importlib.util
 import json
 import time
-from pathlib import Path
 
 import pytest
 from servers import HOST, READ_TIMEOUT, Server
@@ -27,15 +25,12 @@ from test_api_support import (
 import costmodel
 from costmodel.models import load
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def _faults():
     """bench/api_faults.py: its hostile requests, raw sender and /healthz probe."""
-    spec = importlib.util.spec_from_file_location("api_faults", ROOT / "bench/api_faults.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from conftest import bench_module
+
+    return bench_module("api_faults")
 
 
 faults = _faults()

@@ -132,11 +132,32 @@ def test_phase_shares_follow_the_sizes_they_were_fitted_on():
 def test_calibrate_measures_the_set_here(tmp_path):
     # the model's figures: this machine's own, so the factors come out near 1
     manifest = {"version": "test", "calibration_set": _training()}
-    record = calibrate(path=tmp_path / "calibration.json", manifest=manifest)
+    record = calibrate(path=tmp_path / "calibration.json", manifest=manifest, rounds=2)
     assert set(record["programs"]) == set(TRAINING)
     assert all(p["here"]["parts"] for p in record["programs"].values())
     assert 0.2 < record["scale"] < 5 and set(record["part_scales"]) == {"hlo", "backend", "other"}
     assert load_calibration(tmp_path / "calibration.json").scale == pytest.approx(record["scale"])
+
+
+def test_rounds_combine_into_each_programs_median():
+    from costmodel.training.measure.calibrate import combine_rounds
+
+    def figure(seconds, ref, hlo):
+        return {"compile_seconds": seconds, "ref_seconds": ref,
+                "parts": None if hlo is None else {"hlo": hlo, "backend": seconds - hlo}}
+
+    rounds = [{"a": figure(1.0, 0.1, 0.2), "b": figure(3.0, None, 1.0)},
+              {"a": figure(1.6, 0.3, 0.4), "b": figure(2.0, 0.2, None)},
+              {"a": figure(1.2, 0.2, 0.3), "b": figure(2.5, 0.4, 0.5)}]
+    combined = combine_rounds(rounds)
+    assert combined["a"] == {"compile_seconds": 1.2, "ref_seconds": 0.2,
+                             "parts": {"hlo": 0.3, "backend": pytest.approx(0.9)}}
+    # a round without a reference time is left out of that median; one without parts
+    # leaves the program without them
+    assert combined["b"] == {"compile_seconds": 2.5, "ref_seconds": pytest.approx(0.3),
+                             "parts": None}
+    with pytest.raises(ValueError, match="rounds"):
+        calibrate(manifest={"calibration_set": _training()}, rounds=0)
 
 
 def test_predictions_scale_by_the_programs_own_factor(tmp_path, monkeypatch):

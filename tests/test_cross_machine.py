@@ -1,7 +1,6 @@
 """bench/cross_machine.py on its committed run: real programs measured on an AMD EPYC,
 predicted by models trained on the Intel Xeon's rows with their library held out."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -14,10 +13,9 @@ RUN = ROOT / "bench/data/cross_machine_amd"
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("cross_machine", ROOT / "bench/cross_machine.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from conftest import bench_module
+
+    return bench_module("cross_machine")
 
 
 @pytest.fixture(scope="module")

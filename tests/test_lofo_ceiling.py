@@ -1,6 +1,5 @@
 """bench/lofo_ceiling.py: the family draws and the oracle input it scores the model with."""
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -14,10 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def ceiling():
-    spec = importlib.util.spec_from_file_location("lofo_ceiling", ROOT / "bench/lofo_ceiling.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from conftest import bench_module
+
+    return bench_module("lofo_ceiling")
 
 
 @pytest.fixture(scope="module")

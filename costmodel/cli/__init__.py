@@ -127,7 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="processes fitting folds side by side (each one thread)")
     measuring_target(p)
 
-    add("calibrate", cmd_calibrate, "measure this machine's speed against the model's")
+    p = add("calibrate", cmd_calibrate, "measure this machine's speed against the model's")
+    p.add_argument("--rounds", type=count, default=3,  # calibrate.ROUNDS
+                   help="times the calibration set is measured, one round after another "
+                        "(each program's figure is the median of its rounds)")
 
     p = add("serve", cmd_serve, "run the HTTP API under gunicorn")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind")

@@ -103,13 +103,13 @@ def cmd_calibrate(args) -> int:
     from costmodel.training.corpus.calibration import PROGRAMS
     from costmodel.training.measure.calibrate import calibrate
 
-    with tqdm(total=len(PROGRAMS), desc="calibrate", unit="program", file=sys.stderr,
-              disable=args.json) as bar:
+    with tqdm(total=len(PROGRAMS) * args.rounds, desc="calibrate", unit="program",
+              file=sys.stderr, disable=args.json) as bar:
         def progress(program: str) -> None:
             bar.set_postfix_str(program)
             bar.update(1)
 
-        result = calibrate(progress=progress)
+        result = calibrate(progress=progress, rounds=args.rounds)
     parts = result.get("part_scales")
     detail = (" (" + ", ".join(f"{k} x{v:.2f}" for k, v in parts.items()) + ")") if parts else ""
     emit(result, args.json, f"calibration scale {result['scale']:.3f}{detail} saved to "

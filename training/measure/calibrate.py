@@ -42,6 +42,10 @@ TIMEOUT_SECONDS = 300.0
 PART_RIDGE = 0.3
 # of the shares a part must have in a program for that program to tell its factor
 MIN_PART_SHARE = 0.1
+# Rounds of the set a calibration measures. This machine's speed drifts from minute to
+# minute with every program in step: on a 2-core AMD EPYC, six single rounds minutes apart
+# gave overall factors 0.90-1.16; two rounds pooled, 0.96 and 1.06.
+ROUNDS = 3
 
 
 def summary(row: Mapping) -> dict | None:
@@ -95,6 +99,25 @@ def measure_set(programs: Sequence[str] = tuple(PROGRAMS), max_repeats: int = 3,
     return out
 
 
+def combine_rounds(rounds: Sequence[Mapping[str, dict]]) -> dict[str, dict]:
+    """One figure per program from several rounds of the set: the median of its rounds'
+    seconds, reference seconds and parts (parts only where every round traced them)."""
+    def median(values):
+        values = [v for v in values if v is not None]
+        return statistics.median(values) if values else None
+
+    out = {}
+    for program in rounds[0]:
+        seen = [r[program] for r in rounds if program in r]
+        parts = [s["parts"] for s in seen]
+        out[program] = {
+            "compile_seconds": median(s["compile_seconds"] for s in seen),
+            "ref_seconds": median(s["ref_seconds"] for s in seen),
+            "parts": None if any(p is None for p in parts)
+            else {k: statistics.median(p[k] for p in parts) for k in parts[0]}}
+    return out
+
+
 def part_scales(here: Mapping[str, dict], training: Mapping[str, dict]
                 ) -> tuple[float, dict[str, float] | None]:
     """(overall factor, factor per part): the overall one the median of the programs'
@@ -127,14 +150,16 @@ def part_scales(here: Mapping[str, dict], training: Mapping[str, dict]
 
 
 def calibrate(*, path: Path | None = None, manifest: Mapping | None = None,
-              progress: Callable[[str], None] | None = None) -> dict:
+              progress: Callable[[str], None] | None = None, rounds: int = ROUNDS) -> dict:
     """Measure the calibration set here and store this machine's factors.
 
     Args:
         path: Calibration file to write; default: `calibration_path()`.
         manifest: The model manifest to calibrate against; default: the shipped CPU
             model's (read without loading the model).
-        progress: Called with each program's name once it is measured.
+        progress: Called with each program's name once it is measured (once a round).
+        rounds: Times the whole set is measured, one round after the other; each
+            program's figure is the median of its rounds (`combine_rounds`).
 
     Returns:
         The stored record (overall scale, part scales, both machines' figures per
@@ -155,7 +180,10 @@ def calibrate(*, path: Path | None = None, manifest: Mapping | None = None,
             raise ValueError(f"model {manifest.get('version')} records neither a "
                              "calibration set nor reference_seconds")
         training = {"reference": {"compile_seconds": reference, "parts": None}}
-    here = measure_set([p for p in PROGRAMS if p in training], progress=progress)
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, not {rounds}")
+    programs = [p for p in PROGRAMS if p in training]
+    here = combine_rounds([measure_set(programs, progress=progress) for _ in range(rounds)])
     scale, parts = part_scales(here, training)
     record = {
         "scale": scale,
