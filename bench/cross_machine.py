@@ -43,7 +43,10 @@ from costmodel.training.store import dataset
 DATA = Path(__file__).resolve().parents[1] / "training" / "data" / "cpu" / "rows.parquet"
 HELDOUT = "heldout.parquet"
 MEASURED = "measured.jsonl"  # or measured.parquet, compacted
-CALIBRATIONS = ("calibration_before.json", "calibration_after.json")
+# one round each, before and after the programs (the measure step); the committed run adds
+# a three-round `costmodel calibrate` taken 40 minutes after it
+CALIBRATIONS = ("calibration_before.json", "calibration_after.json",
+                "calibration_three_rounds.json")
 
 
 def training_rows() -> pd.DataFrame:
@@ -78,10 +81,22 @@ def pick(rows: pd.DataFrame, count: int, max_seconds: float) -> pd.DataFrame:
     return pd.concat(chosen).sort_values("compile_seconds").reset_index(drop=True)
 
 
-def measure(out: Path, count: int, max_seconds: float) -> None:
+def pick_synthetic(rows: pd.DataFrame, max_seconds: float) -> pd.DataFrame:
+    """One program per synthetic family: the one nearest the family's median compile time
+    among those within `max_seconds` (the machines' ratio by kind of program, not a score:
+    held-out predictions are by library)."""
+    synthetic = rows[(rows["library"].fillna("") == "") & (rows["compile_seconds"] <= max_seconds)]
+    log_time = np.log(synthetic["compile_seconds"])
+    distance = (log_time - log_time.groupby(synthetic["family"]).transform("median")).abs()
+    nearest = distance.groupby(synthetic["family"]).idxmin()
+    return synthetic.loc[nearest].sort_values("compile_seconds").reset_index(drop=True)
+
+
+def measure(out: Path, count: int, max_seconds: float, synthetic: bool = False) -> None:
     """Calibrate, measure the chosen programs (skipping those measured already), calibrate."""
     artifact = load_default("cpu")
-    chosen = pick(training_rows(), count, max_seconds)
+    rows = training_rows()
+    chosen = pick_synthetic(rows, max_seconds) if synthetic else pick(rows, count, max_seconds)
     print(f"{len(chosen)} programs, {chosen['compile_seconds'].sum():.0f} s of training-machine "
           f"compiles, on {environment()['cpu_model']} x{environment()['cpu_count']}", flush=True)
     path = out / MEASURED
@@ -89,7 +104,7 @@ def measure(out: Path, count: int, max_seconds: float) -> None:
     if path.exists():
         done = {json.loads(line)["key"] for line in path.read_text().splitlines() if line.strip()}
     if not (out / CALIBRATIONS[0]).exists():
-        calibrate(path=out / CALIBRATIONS[0], manifest=artifact.manifest)
+        calibrate(path=out / CALIBRATIONS[0], manifest=artifact.manifest, rounds=1)
     todo = chosen[~chosen["key"].isin(done)]
     try:
         for record in tqdm(todo.to_dict("records"), desc="measure", unit="prog"):
@@ -99,7 +114,7 @@ def measure(out: Path, count: int, max_seconds: float) -> None:
                 handle.write(json.dumps(row, default=str) + "\n")
     finally:
         close_zygotes()
-    calibrate(path=out / CALIBRATIONS[1], manifest=artifact.manifest)
+    calibrate(path=out / CALIBRATIONS[1], manifest=artifact.manifest, rounds=1)
 
 
 def _read_measured(out: Path) -> pd.DataFrame:
@@ -222,6 +237,8 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=40.0,
                         help="largest training-machine compile time among the programs")
     parser.add_argument("--jobs", type=int, default=2, help="held-out fits side by side")
+    parser.add_argument("--synthetic", action="store_true",
+                        help="measure: one program per synthetic family instead")
     parser.add_argument("--heldout", type=Path, default=None,
                         help="score: held-out predictions to read (default: the heldout step's)")
     parser.add_argument("--json", type=Path, default=None)
@@ -230,7 +247,7 @@ def main() -> None:
     if args.step == "heldout":
         heldout(args.out, args.jobs)
     elif args.step == "measure":
-        measure(args.out, args.programs, args.max_seconds)
+        measure(args.out, args.programs, args.max_seconds, args.synthetic)
     else:
         report = score(args.out, args.heldout)
         _print(report)
