@@ -1,5 +1,6 @@
-"""bench/cross_machine.py on its committed run: real programs measured on an AMD EPYC,
-predicted by models trained on the Intel Xeon's rows with their library held out."""
+"""bench/cross_machine.py on its committed runs: real programs measured on an AMD EPYC (two
+passes, an hour apart), predicted by models trained on the Intel Xeon's rows with
+their library held out."""
 
 import json
 from pathlib import Path
@@ -8,7 +9,9 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = ROOT / "bench/data/cross_machine_amd"
+# each committed run and the result its score step wrote
+RUNS = {"bench/data/cross_machine_amd": "bench/results/cross_machine.json",
+        "bench/data/cross_machine_amd_pass2": "bench/results/cross_machine_pass2.json"}
 
 
 @pytest.fixture(scope="module")
@@ -18,18 +21,21 @@ def bench():
     return bench_module("cross_machine")
 
 
-@pytest.fixture(scope="module")
-def report(bench):
-    return bench.score(RUN)
+@pytest.fixture(scope="module", params=sorted(RUNS))
+def run(request, bench):
+    return bench.score(ROOT / request.param), json.loads((ROOT / RUNS[request.param]).read_text())
 
 
-def test_the_run_compares_two_cpu_kinds_on_every_library(report):
+def test_the_run_compares_two_cpu_kinds_on_every_library(run):
+    report, _ = run
     assert report["machine_here"]["cpu_model"] == "AMD EPYC"
     assert report["machine_there"]["cpu_model"].startswith("Intel(R) Xeon(R)")
     assert report["programs"] == 94 and report["libraries"] == 16
+    assert len(report["calibrations"]) == 3
 
 
-def test_scores_follow_from_the_rows(report):
+def test_scores_follow_from_the_rows(run):
+    report, _ = run
     rows = report["rows"]
     point = np.array([r["heldout_point"] for r in rows])
     here = np.array([r["here"] for r in rows])
@@ -41,15 +47,16 @@ def test_scores_follow_from_the_rows(report):
     assert first["reference_only"]["raw"]["max_fold"] == pytest.approx(fold.max())
 
 
-def test_the_committed_result_is_what_the_committed_run_scores(report):
-    stored = json.loads((ROOT / "bench/results/cross_machine.json").read_text())
+def test_the_committed_result_is_what_the_committed_run_scores(run):
+    report, stored = run
     assert report["same_machine"] == stored["same_machine"]
     if report["model_version"] == stored["model_version"]:  # the shares come from the model
         for name, ratios in stored["per_part_over_same_machine"].items():
             assert report["per_part_over_same_machine"][name] == pytest.approx(ratios)
-    # as measured on 2026-12-02: the machines compile these programs equally fast
-    # (here over there, raw, median 0.96), the calibrated model on the AMD machine's
-    # steady seconds within 1.03x of its same-machine median fold (1.21)
+    # as measured on 2026-12-02: the machines compile these programs about equally fast
+    # (here over there, as measured, median 0.96 and 0.89), and calibrated by parts the
+    # model's median fold on the AMD machine's steady seconds is within 0.99-1.03x of its
+    # same-machine median fold (1.21)
     assert 0.85 < report["here_over_there_raw_median"] < 1.1
     for ratios in report["per_part_over_same_machine"].values():
         assert ratios["steady"] < 1.1
