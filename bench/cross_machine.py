@@ -6,7 +6,11 @@ Three steps, each its own command so the timing step runs alone on the machine:
 
     python bench/cross_machine.py heldout --out DIR    # fits; no timing (minutes, both cores)
     python bench/cross_machine.py measure --out DIR    # times here (resumable)
-    python bench/cross_machine.py score --out DIR [--json bench/results/cross_machine.json]
+    python bench/cross_machine.py score --out DIR [--heldout FILE] [--json OUT.json]
+
+The committed runs: `bench/data/cross_machine_amd/` (with the held-out predictions of its
+94 programs) and `bench/data/cross_machine_amd_pass2/`, the same programs an hour later
+(`--heldout bench/data/cross_machine_amd/heldout.parquet`).
 
 `heldout` fits the shipped recipe with each library held out (`leave_library_out`, as
 `costmodel evaluate` does) and keeps every real program's held-out prediction, the model's
@@ -32,7 +36,7 @@ from tqdm import tqdm
 from costmodel.models import load_default
 from costmodel.models.calibration import Calibration
 from costmodel.training.evaluation import metrics
-from costmodel.training.evaluation.evaluate import predictions
+from costmodel.training.evaluation.evaluate import predictions, with_keys
 from costmodel.training.fitting.fit import features_frame, model_params, select_rows
 from costmodel.training.measure.calibrate import calibrate
 from costmodel.training.measure.machine import environment
@@ -60,9 +64,8 @@ def heldout(out: Path, jobs: int) -> None:
     pred = predictions(rows, "leave_library_out", models=("costmodel", "power_law"),
                        params=model_params("cpu"), jobs=jobs,
                        progress=lambda name: print("held out", name, flush=True))
-    pred = pred[pred["target"].isin(["compile_seconds", "peak_rss_bytes"])].copy()
-    pred["key"] = rows["key"].to_numpy()[pred["row"].to_numpy()]
-    pred.drop(columns=["row"]).to_parquet(out / HELDOUT)
+    pred = with_keys(pred[pred["target"] == "compile_seconds"], rows)
+    pred.to_parquet(out / HELDOUT)
     print(f"wrote {len(pred)} held-out predictions to {out / HELDOUT}")
 
 

@@ -11,7 +11,7 @@ import pandas as pd
 from costmodel.models import Artifact, default_path
 
 from .evaluation import plots
-from .evaluation.evaluate import evaluate, run_evaluation
+from .evaluation.evaluate import evaluate, run_evaluation, with_keys
 from .evaluation.model_card import write_card
 from .fitting.fit import select_rows, train
 from .fitting.publish import save
@@ -52,8 +52,7 @@ def build_default(data_paths: Sequence[str | Path], backend: str = "cpu", target
     out = Path(out) if out is not None else default_path(backend, target)
     result = run_evaluation(rows, backend, target, jobs=jobs)
     if predictions_out is not None:
-        held_out = result.predictions.assign(key=rows["key"].to_numpy()[result.predictions["row"]])
-        held_out.to_parquet(predictions_out)
+        with_keys(result.predictions, rows).to_parquet(predictions_out)
     estimator = train(rows, backend, target)
     artifact = save(estimator, out, backend=backend, target=target, data=rows,
                     metrics=result.report, name=f"costmodel-{out.name}")

@@ -213,6 +213,12 @@ def predictions(rows: pd.DataFrame, split: str, models: Sequence[str] = MODELS,
     return result
 
 
+def with_keys(pred: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
+    """Held-out predictions (`predictions`) with each row's dataset `key` in place of its
+    position in `rows`, so they can be matched with other measurements of the program."""
+    return pred.assign(key=rows["key"].to_numpy()[pred["row"].to_numpy()]).drop(columns=["row"])
+
+
 def score(pred: pd.DataFrame) -> dict:
     """Metrics of one model's held-out predictions of one target (ratios on value + offset)."""
     if len(pred) == 0:
