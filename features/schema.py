@@ -16,8 +16,10 @@ from typing import Any
 # 6: kernels per sequence, case results x branches squared; 7: constant folding; 8: fusion
 # emulation: slices of concatenates resolved, duplication stopped by non-fusible paths,
 # sine and cosine duplicated, single-user ops follow their user, calls inlined, dot operands
-# copied into the library layout where XLA:CPU copies them
-SCHEMA_VERSION = 8
+# copied into the library layout where XLA:CPU copies them; 9: concatenates XLA:CPU
+# materializes (minor dimension of 128 or more, more than 8 operands) do not fuse, and a
+# slice is pushed through elementwise ops only when it reaches a concatenate
+SCHEMA_VERSION = 9
 
 # Coarse op categories shared by the jaxpr and StableHLO extractors.
 CATEGORIES = (

@@ -68,6 +68,8 @@ def augment(table: Table) -> Table:
         "flops_per_op": safe("dot_flops") / safe("hlo_ops_inlined"),
         # long chains over few inputs (unrolled loops) against wide programs over many
         "ops_per_param": safe("hlo_ops_inlined") / safe("param_count"),
+        # the emulated fusions' ops in all: follows XLA's optimized instruction count
+        "fused_ops": table.column("fusion_groups") * table.column("fusion_mean_size"),
     }
     values = np.column_stack([table.values, *derived.values()])
     return Table(table.names + tuple(derived), values)

@@ -588,6 +588,40 @@ def test_a_slice_of_a_concatenate_reads_only_its_own_piece():
     assert whole["fusion_max_size"] == 9 and whole["op_exponential"] == 1
 
 
+
+def test_a_slice_reaching_no_concatenate_reads_the_whole_value():
+    def halves(x, w):
+        s = jnp.exp(x @ w)
+        return s[:, :64] * 2.0, s[:, 64:] * 3.0
+    feats = F.extract(halves, _f32(8, 16), _f32(16, 128))
+    # XLA:CPU (jax 0.10.2) keeps one exp, {exp}, and {slice, mul, broadcast} per half;
+    # taking each slice's piece of the exp made two fusions of four
+    assert (feats["fusion_groups"], feats["fusion_max_size"]) == (3, 3)
+    assert feats["fusion_cost_squares"] == 4 ** 2 + 3 ** 2 + 3 ** 2
+
+
+def _gates(width, pieces=2, axis=1):
+    def f(h, w):
+        c = h * 2.0 + 1.0  # reads one array: recomputed wherever a fused user needs it
+        return jnp.concatenate([c * float(3 + i) for i in range(pieces)], axis=axis) @ w
+    rows = pieces * 4 if axis == 0 else 8
+    return f, _f32(rows // pieces if axis == 0 else 8, width), _f32(
+        width * (pieces if axis == 1 else 1), 16)
+
+
+@pytest.mark.parametrize("width, pieces, axis, sizes", [
+    # measured on XLA:CPU (jax 0.10.2), its fusions' ops other than parameters
+    (32, 2, 1, [9]),        # 64 wide: the concatenate fuses with both pieces and c once
+    (64, 2, 1, [6, 6]),     # 128 wide on the minor dimension: materialized, c in each piece
+    (16, 9, 0, [6] * 9),    # more than 8 operands: materialized
+])
+def test_xla_cpu_materializes_wide_minor_and_many_operand_concatenates(width, pieces, axis,
+                                                                       sizes):
+    fn, h, w = _gates(width, pieces, axis)
+    feats = F.extract(fn, h, w)
+    assert (feats["fusion_groups"], feats["fusion_max_size"]) == (len(sizes), max(sizes))
+
+
 def _dot(lhs_contracting, rhs_contracting, batch=((), ())):
     return lambda a, b: lax.dot_general(a, b, ((lhs_contracting, rhs_contracting), batch))
 

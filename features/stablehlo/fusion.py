@@ -25,20 +25,20 @@ class Fusions:
     it on all paths. A cheap op that reads at most one array is also duplicated into
     the fusions of its fused consumers when some consumer cannot take it, and is
     materialized besides. A slice of a concatenated value reads only its own piece (see
-    `slices`). A dot operand XLA:CPU copies into its library's layout goes through a
-    transpose that fuses (`layout_copy`), and the walker visits a called function's ops
-    in place of the call (XLA inlines calls before fusing). Anything else is the root of
-    a fusion of its own.
+    `slices`). A concatenate XLA:CPU materializes (`concatenate_fuses`) does not fuse, so
+    each of its operands roots a fusion of its own. A dot operand XLA:CPU copies into its
+    library's layout goes through a transpose that fuses (`layout_copy`), and the walker
+    visits a called function's ops in place of the call (XLA inlines calls before
+    fusing). Anything else is the root of a fusion of its own.
 
-    Scored against XLA's optimized modules (89 stored CPU rows, lowered again): the
-    log of the total fused ops follows the log of XLA's instruction count with median
-    error 0.19, p90 0.87 (the StableHLO op count: 0.31 / 0.95; this emulator before the
-    slice, path and single-consumer rules: 0.37 / 1.01; before the layout copies, the
-    inlined calls and the one-array exemption: 0.23 / 0.92). An Equinox transformer's
-    gradient emulated 0.46x, 0.41x, 0.35x XLA's instructions at 2, 4, 8 layers before,
-    0.59x at each now. A 2048-layer MLP gradient: 168k for XLA's 285k. Still off: Haiku
-    GRU stacks unrolled by `hk.static_unroll` come out at 1.2-1.9x XLA's count (other
-    rows 0.3-0.8x), and sympy2jax with 4 outputs up to 2.9x (`bench/fusion_emulation.md`).
+    Scored against XLA's optimized modules (`bench/fusion_vs_xla.py`: 223 stored CPU rows,
+    3 per family, lowered again), the log of the total fused ops follows the log of XLA's
+    instruction count with median error 0.216, p90 0.586 (the StableHLO op count: 0.246 /
+    0.819; schema 8, before the concatenate rule and with slices pushed through every
+    elementwise op: 0.239 / 0.606). Unrolled recurrent nets, XLA's fused ops (total,
+    largest fusion) against this emulator's: Haiku GRU 32 static steps 10.9k / 287 against
+    13.2k / 350 (schema 8: 31.3k / 893); Keras LSTM 32 unrolled steps 14.1k / 237 against
+    15.0k / 260 (schema 8: 6.7k / 277). `bench/fusion_emulation.md` has the history.
     """
 
     def __init__(self) -> None:
@@ -203,6 +203,16 @@ def fusion_weight(name: str, infos: list) -> float | None:
     weight = 4.0 if name in EXPENSIVE_HLO else 1.0
     return weight * (2.0 if dtype in ("f64", "complex<f64>") else 1.0) \
         * (2.0 if dtype.startswith("complex") else 1.0)
+
+
+def concatenate_fuses(operands: int, dimension: int, infos: list) -> bool:
+    """Whether XLA:CPU fuses a concatenate: not one of more than 8 operands, nor one
+    along the minor (last) dimension when that is 128 or longer. XLA materializes those
+    and each operand becomes a fusion of its own, so a value they share is computed
+    again in each."""
+    shape = infos[0].shape if infos and infos[0] is not None else ()
+    minor = len(shape) >= 2 and dimension == len(shape) - 1 and shape[dimension] >= 128
+    return operands <= 8 and not minor
 
 
 def rank(infos: list) -> int | None:

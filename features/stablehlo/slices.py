@@ -6,7 +6,11 @@ value. XLA pushes each slice through that elementwise math down to the one piece
 reads, so output k's gradient recomputes only output k's expression. Without this, the
 emulated fusions of a program with 16 stacked outputs held every output's expression in
 every gradient fusion (sympy2jax, 16 outputs of 8 terms: 195k fused ops emulated, 27k
-instructions after XLA's optimization; with it, 24k).
+instructions after XLA's optimization; with it, 24k). A slice whose path reaches no
+concatenate reads the whole value, and XLA computes that value once: until schema 9 every
+slice of elementwise math took pieces of its own (the check that nothing was resolved
+compared MLIR operand objects, which are new on each access), so a GRU's split gates
+recomputed all the gate math in each half.
 """
 
 from __future__ import annotations
@@ -73,10 +77,12 @@ def _resolve(value, dim: int, lo: int, hi: int, passed: list, memo: dict, depth:
     if name not in _PASS_THROUGH or len(owner.results) != 1:
         return value
     shape = list(value.type.shape)
+    # each access to `owner.operands` builds new Python objects: compare within one list
+    originals = list(owner.operands)
     operands = [resolve(operand, dim, lo, hi, passed, memo, depth + 1)
                 if list(getattr(operand.type, "shape", ())) == shape else operand
-                for operand in owner.operands]
-    if all(new is old for new, old in zip(operands, owner.operands)):
+                for operand in originals]
+    if all(new is old for new, old in zip(operands, originals)):
         return value
     piece = Piece(value, operands)
     passed.append(piece)
