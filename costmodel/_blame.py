@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from costmodel.features.regions import OUTSIDE, RegionTally
+from costmodel.models.table import Table, augment
 
 from ._blame_views import Node, call_tree, icicle_html, trace_events
 from ._predict import Prediction, _fmt_bytes, _fmt_seconds, predict_features
@@ -246,9 +247,12 @@ def _divide_by_terms(target: str, total: float, inputs: Mapping[str, float],
         start = 1 if fitted.form == "overhead" and k else 0
         return np.exp(coef[start] + logs @ coef[start + 1:start + 1 + k])
 
-    whole = {t: np.full(len(names), inputs[t]) for t in terms}
+    values = _with_derived(inputs)
+    whole = {t: np.full(len(names), values[t]) for t in terms}
     size = float(size_law(whole)[0]) if k or fitted.form != "overhead" else 0.0
-    without = {t: whole[t] - counts.get(t, 0.0) for t in terms}
+    # a term no region counts (a derived one, `fused_ops`) goes with the regions' ops
+    share = counts["ops"] / counts["ops"].sum() if counts["ops"].sum() > 0 else 0.0
+    without = {t: whole[t] - counts.get(t, whole[t] * share) for t in terms}
     marginal = np.maximum(size - size_law(without), 0.0)
     parts = {name: 0.0 for name in names}
     _spread(parts, names, size, marginal if marginal.sum() > 0 else counts["ops"])
@@ -264,6 +268,13 @@ def _divide_by_terms(target: str, total: float, inputs: Mapping[str, float],
     out = {name: value * factor for name, value in parts.items()}
     out[FIXED] = fixed * factor
     return out
+
+
+def _with_derived(inputs: Mapping[str, float]) -> dict[str, float]:
+    """The model inputs with the derived columns the model computes from them (`augment`)."""
+    names = tuple(inputs)
+    table = augment(Table.of([inputs], names))
+    return dict(zip(table.names, table.values[0]))
 
 
 def _region_counts(inputs: Mapping[str, float], tallies: Mapping[str, RegionTally],
