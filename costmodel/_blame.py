@@ -250,9 +250,10 @@ def _divide_by_terms(target: str, total: float, inputs: Mapping[str, float],
     values = _with_derived(inputs)
     whole = {t: np.full(len(names), values[t]) for t in terms}
     size = float(size_law(whole)[0]) if k or fitted.form != "overhead" else 0.0
-    # a term no region counts (a derived one, `fused_ops`) goes with the regions' ops
+    # a derived term (`fused_ops`: no region counts it) goes with the regions' ops
     share = counts["ops"] / counts["ops"].sum() if counts["ops"].sum() > 0 else 0.0
-    without = {t: whole[t] - counts.get(t, whole[t] * share) for t in terms}
+    without = {t: whole[t] - counts.get(t, 0.0 if t in inputs else whole[t] * share)
+               for t in terms}
     marginal = np.maximum(size - size_law(without), 0.0)
     parts = {name: 0.0 for name in names}
     _spread(parts, names, size, marginal if marginal.sum() > 0 else counts["ops"])

@@ -193,10 +193,13 @@ class Fusions:
         return groups
 
 
-def fusion_weight(name: str, infos: list) -> float | None:
+def fusion_weight(name: str, infos: list, op=None) -> float | None:
     """An op's cost inside a loop fusion (from its name and result types), None if it does
-    not fuse."""
+    not fuse (a concatenate: also from `op`'s operands and dimension)."""
     if name not in FUSIBLE_HLO:
+        return None
+    if name == "concatenate" and op is not None and not concatenate_fuses(
+            len(op.operands), int(op.attributes["dimension"].value), infos):
         return None
     dtype = infos[0].dtype if infos and infos[0] is not None else ""
     # transcendental ops expand to tens of instructions; 64-bit and complex math doubles

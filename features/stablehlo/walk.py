@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..categories import FUSIBLE_HLO, HLO_STRUCTURAL
 from .contractions import transposed_dot_operands
-from .fusion import Fusions, concatenate_fuses, fusion_weight, rank
+from .fusion import Fusions, fusion_weight, rank
 from .ops import BRANCHES, HANDLERS, NOT_KERNELS, Callee, Loop, Site, count, short_name
 from .tally import Tally, finish
 from .tensors import cached
@@ -134,11 +134,7 @@ class Walker:
             for index, layout in transposed_dot_operands(op, self.tensor):
                 operands[index] = fusions.layout_copy(
                     operands[index], layout, rank([self.tensor(op.operands[index].type)]))
-        weight = fusion_weight(name, infos)
-        if name == "concatenate" and not concatenate_fuses(
-                len(operands), int(op.attributes["dimension"].value), infos):
-            weight = None
-        fusions.visit(operands, results, name, weight, rank(infos))
+        fusions.visit(operands, results, name, fusion_weight(name, infos, op), rank(infos))
 
 
 def _chain_end(results: list, chain_to: dict, length: int) -> int:
