@@ -109,6 +109,15 @@ FUSIBLE_HLO = frozenset(_ELEMENTWISE_HLO | {"broadcast_in_dim", "reshape", "conv
 # Fusible ops that change how elements are indexed (strided, padded, stitched, reversed):
 # XLA:GPU composes and simplifies an index map through each of them.
 INDEXING_HLO = frozenset({"slice", "pad", "concatenate", "reverse", "dynamic_slice"})
+# Fusible ops that read their operands at their own index (a transpose: at a permutation of
+# it), so XLA's emitter computes an operand once for all of them.
+SAME_INDEX_HLO = frozenset(_ELEMENTWISE_HLO | {"convert", "transpose"})
+# Fusible ops XLA's elemental emitter computes in basic blocks of their own, whose values it
+# cannot reuse: XLA:CPU fuses one only where it is read once, at one index, and materializes
+# it when it has more users, when its user was duplicated into several fusions, or when
+# its fusion reads it through several slices (seen on jax 0.10.2: a `jnp.stack` read by two
+# ops; the stack of a loss's outputs, which the loss's gradient slices apart).
+SINGLE_USE_HLO = frozenset({"concatenate", "pad"})
 # Elementwise ops that expand to many machine instructions.
 EXPENSIVE_HLO = frozenset({
     "exponential", "exponential_minus_one", "log", "log_plus_one", "logistic", "tanh",

@@ -41,7 +41,7 @@ def regions_from_stablehlo(text: str, backend: str | None = "cpu",
 
 def _from_module(module, backend: str | None, target: str | None) -> Features:
     backend, target = environment.normalize(backend, target)
-    values, info = stablehlo_features(module)
+    values, info = stablehlo_features(module, backend)
     values.update(dict.fromkeys(JAXPR_FEATURES, math.nan))
     return Features(values, backend=backend, target=target,
                     jaxlib_version=environment.jaxlib_version(),

@@ -18,8 +18,10 @@ from typing import Any
 # sine and cosine duplicated, single-user ops follow their user, calls inlined, dot operands
 # copied into the library layout where XLA:CPU copies them; 9: concatenates XLA:CPU
 # materializes (minor dimension of 128 or more, more than 8 operands) do not fuse, and a
-# slice is pushed through elementwise ops only when it reaches a concatenate
-SCHEMA_VERSION = 9
+# slice is pushed through elementwise ops only when it reaches a concatenate; 10: slices are
+# not pushed through elementwise ops at all, XLA:CPU materializes a concatenate or pad read
+# more than once, and the concatenate rules apply to XLA:CPU only
+SCHEMA_VERSION = 10
 
 # Coarse op categories shared by the jaxpr and StableHLO extractors.
 CATEGORIES = (

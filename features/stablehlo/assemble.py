@@ -12,13 +12,14 @@ from .tensors import tensor
 from .walk import Walker
 
 
-def stablehlo_features(module) -> tuple[dict[str, float], dict]:
-    """Compute every `STABLEHLO_FEATURES` value of a parsed module, plus details for `info`."""
+def stablehlo_features(module, backend: str = "cpu") -> tuple[dict[str, float], dict]:
+    """Compute every `STABLEHLO_FEATURES` value of a parsed module compiled for `backend`,
+    plus details for `info`."""
     from jax._src.lib.mlir import ir
 
     funcs = functions(module)
     entry = entry_function(funcs)
-    walker = Walker(funcs)
+    walker = Walker(funcs, xla_cpu=backend == "cpu")
     tallies = {name: walker.function(name) for name in funcs}
     combined = combine(entry, tallies, {})
     folds, _ = ConstantFolding(funcs, walker.tensor, dot_flops(walker.tensor)).function(entry)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ..categories import EXPENSIVE_HLO, FUSIBLE_HLO, INDEXING_HLO, UNDUPLICATED_HLO
-from .slices import Piece, resolve, sliced_dimension
+from ..categories import (EXPENSIVE_HLO, FUSIBLE_HLO, INDEXING_HLO, SAME_INDEX_HLO,
+                          SINGLE_USE_HLO, UNDUPLICATED_HLO)
+from .slices import resolve, sliced_dimension
 
 
 class _LayoutCopy:
@@ -24,24 +25,29 @@ class Fusions:
     through an op that does not fuse: XLA fuses such a producer only where it can fuse
     it on all paths. A cheap op that reads at most one array is also duplicated into
     the fusions of its fused consumers when some consumer cannot take it, and is
-    materialized besides. A slice of a concatenated value reads only its own piece (see
-    `slices`). A concatenate XLA:CPU materializes (`concatenate_fuses`) does not fuse, so
-    each of its operands roots a fusion of its own. A dot operand XLA:CPU copies into its
-    library's layout goes through a transpose that fuses (`layout_copy`), and the walker
-    visits a called function's ops in place of the call (XLA inlines calls before
-    fusing). Anything else is the root of a fusion of its own.
+    materialized besides. A slice taken from a concatenate reads only the operand it
+    falls in (see `slices`). For XLA:CPU (`xla_cpu`), a concatenate it materializes
+    (`concatenate_fuses`) does not fuse, so each of its operands roots a fusion of its
+    own, and a concatenate or pad fuses only where its fusion reads it once at one index
+    (`SINGLE_USE_HLO`); XLA:GPU fuses and duplicates them like any cheap op. A dot operand
+    XLA:CPU copies into its library's layout goes through a transpose that fuses
+    (`layout_copy`), and the walker visits a called function's ops in place of the call
+    (XLA inlines calls before fusing). Anything else is the root of a fusion of its own.
 
     Scored against XLA's optimized modules (`bench/fusion_vs_xla.py`: 223 stored CPU rows,
     3 per family, lowered again), the log of the total fused ops follows the log of XLA's
-    instruction count with median error 0.216, p90 0.586 (the StableHLO op count: 0.246 /
-    0.819; schema 8, before the concatenate rule and with slices pushed through every
-    elementwise op: 0.239 / 0.606). Unrolled recurrent nets, XLA's fused ops (total,
-    largest fusion) against this emulator's: Haiku GRU 32 static steps 10.9k / 287 against
-    13.2k / 350 (schema 8: 31.3k / 893); Keras LSTM 32 unrolled steps 14.1k / 237 against
-    15.0k / 260 (schema 8: 6.7k / 277). `bench/fusion_emulation.md` has the history.
+    instruction count with median error 0.212, p90 0.576 (the StableHLO op count: 0.246 /
+    0.819; schema 9, with slices pushed through elementwise math and concatenates fused
+    however often read: 0.216 / 0.586; schema 8, before the concatenate rules: 0.239 /
+    0.606). Fused ops (total, largest fusion) of XLA against this emulator: Haiku GRU 32
+    static steps 10.9k / 287 against 13.1k / 350 (schema 8: 31.3k / 893); Keras LSTM 32
+    unrolled steps 14.1k / 237 against 15.0k / 260 (schema 8: 6.7k / 277); sympy2jax fit
+    of 4 outputs x 32 terms 10.8k / 805 against 14.4k / 809 (schema 9: 78.8k / 811).
+    `bench/fusion_emulation.md` has the history.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, xla_cpu: bool = True) -> None:
+        self._xla_cpu = xla_cpu
         self._count = 0
         self._producer: dict = {}  # result value (or slice piece) -> position of its op
         self._users: dict = {}
@@ -49,11 +55,11 @@ class Fusions:
         self._spread: set = set()
         self._rank: dict = {}
         # fusible ops: cost weight, whether XLA duplicates it, whether it changes
-        # indexing, whether it reads at most one array
+        # indexing, whether it reads at most one array, whether it fuses into one user only
         self._fusible: dict = {}
-        self._pieces: dict = {}  # slice resolution: one piece per value and range
         self._bypassed: set = set()  # ops a resolved slice no longer reads through
         self._copies: dict = {}  # (value, layout) -> its layout copy for a dot
+        self._same_index: set = set()  # fusible ops that read operands at their own index
 
     def visit(self, operands: list, results: list, name: str, weight: float | None,
               rank: int | None) -> None:
@@ -62,7 +68,7 @@ class Fusions:
         position = self._count
         self._count += 1
         if name == "slice" and operands and hasattr(results[0] if results else None, "owner"):
-            operands = [self._sliced(operands[0], results[0], position), *operands[1:]]
+            operands = [self._sliced(operands[0], results[0]), *operands[1:]]
         arrays = 0
         for operand in operands:
             producer = self._producer.get(operand)
@@ -78,7 +84,10 @@ class Fusions:
             self._spread.add(position)
         if weight is not None:
             self._fusible[position] = (weight, name not in UNDUPLICATED_HLO,
-                                       name in INDEXING_HLO, arrays <= 1)
+                                       name in INDEXING_HLO, arrays <= 1,
+                                       self._xla_cpu and name in SINGLE_USE_HLO)
+            if name in SAME_INDEX_HLO:
+                self._same_index.add(position)
 
     def layout_copy(self, value, layout, rank: int | None):
         """The copy of `value` in `layout` that XLA:CPU makes for a dot's library call:
@@ -96,26 +105,12 @@ class Fusions:
         if source in self._producer:
             self._producer[value] = self._producer[source]
 
-    def _sliced(self, value, result, position: int):
-        """What a slice of `value` reads once XLA pushes it down to one piece of a
-        concatenate; the pieces of elementwise ops it passes are recorded as ops of
-        their own, numbered just before the slice."""
+    def _sliced(self, value, result):
+        """What a slice of `value` reads: one operand of a concatenate (`slices`)."""
         along = sliced_dimension(value, result.owner)
         if along is None:
             return value
-        passed: list[Piece] = []
-        read = resolve(value, *along, passed, self._pieces)
-        for step, piece in enumerate(passed):
-            own = position - 0.5 + step / (2 * len(passed))
-            original = self._producer.get(piece.of)
-            self._bypassed.add(original)
-            for operand in piece.operands:
-                producer = self._producer.get(operand)
-                if producer is not None:
-                    self._users.setdefault(producer, set()).add(own)
-            self._producer[piece] = own
-            self._rank[own] = self._rank.get(original)
-            self._fusible[own] = self._fusible.get(original, (1.0, True, False, True))
+        read = resolve(value, *along)
         if read is not value:
             self._bypassed.add(self._producer.get(value))
         return read
@@ -154,6 +149,22 @@ class Fusions:
         return {position for position in self._fusible if below[position] and any(
             above[user] & below[position] for user in self._users.get(position, ()))}
 
+    def _reads(self, position: int, fusions: set, fusion_of: dict) -> int:
+        """At how many indices its fusion reads `position`'s value: the distinct ops that
+        change indexing on the way from it through same-index ops, and the fusion's output
+        (XLA's `FusionNodeIndexingEvaluation`)."""
+        readers, seen, frontier = set(), {position}, [position]
+        while frontier:
+            for user in self._users.get(frontier.pop(), ()):
+                if not fusions & fusion_of.get(user, set()):
+                    readers.add(None)  # leaves the fusion: its output
+                elif user not in self._same_index:
+                    readers.add(user)
+                elif user not in seen:
+                    seen.add(user)
+                    frontier.append(user)
+        return len(readers)
+
     def groups(self) -> list[list]:
         """`[ops, summed cost weights, indexing ops]` of each fusion."""
         blocked = self._blocked()
@@ -166,7 +177,7 @@ class Fusions:
             return len(groups) - 1
 
         for position in sorted(self._fusible, reverse=True):
-            weight, cheap, indexing, unary = self._fusible[position]
+            weight, cheap, indexing, unary, single_use = self._fusible[position]
             every_user = self._users.get(position, set())
             users = every_user - dead
             if not users and (position in self._bypassed or every_user):
@@ -178,7 +189,10 @@ class Fusions:
             # wherever its copies go; an expensive op with several users stays whole
             # XLA's all-paths check guards only ops that read more than one array
             duplicable = cheap and (unary or position not in blocked)
-            if users and len(fused) == len(users) and (
+            if single_use and (len(users) > 1 or len(joined) > 1
+                               or self._reads(position, joined, fusion_of) > 1):
+                targets = {new_fusion()}
+            elif users and len(fused) == len(users) and (
                     len(joined) == 1 or len(users) == 1 or duplicable):
                 targets = joined
             elif duplicable and unary and joined:
@@ -193,12 +207,13 @@ class Fusions:
         return groups
 
 
-def fusion_weight(name: str, infos: list, op=None) -> float | None:
+def fusion_weight(name: str, infos: list, op=None, xla_cpu: bool = True) -> float | None:
     """An op's cost inside a loop fusion (from its name and result types), None if it does
-    not fuse (a concatenate: also from `op`'s operands and dimension)."""
+    not fuse (a concatenate XLA:CPU compiles: also from `op`'s operands and dimension;
+    XLA:GPU fuses them all)."""
     if name not in FUSIBLE_HLO:
         return None
-    if name == "concatenate" and op is not None and not concatenate_fuses(
+    if name == "concatenate" and xla_cpu and op is not None and not concatenate_fuses(
             len(op.operands), int(op.attributes["dimension"].value), infos):
         return None
     dtype = infos[0].dtype if infos and infos[0] is not None else ""

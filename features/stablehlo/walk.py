@@ -12,10 +12,12 @@ from .tensors import cached
 
 class Walker:
     """Tallies each function of a module once; a callee is walked when first called, so
-    a caller's dependency chain can run through it."""
+    a caller's dependency chain can run through it. `xla_cpu`: fuse concatenates as
+    XLA:CPU does (see `Fusions`)."""
 
-    def __init__(self, funcs: dict) -> None:
+    def __init__(self, funcs: dict, xla_cpu: bool = True) -> None:
         self.funcs = funcs
+        self.xla_cpu = xla_cpu
         self.tallies: dict[str, Tally] = {}
         self.tensor = cached()
 
@@ -39,7 +41,7 @@ class Walker:
         """
         # Callees and loop bodies are walked here, not in the handlers, so that a chain of
         # calls costs two Python frames a call, as many as RecursionError allowed before.
-        fusions = Fusions()
+        fusions = Fusions(self.xla_cpu)
         site = Site(tally, trips, depth, self.tensor)
         kernels = 0  # unfused ops of this block
         chain_to: dict = {}  # result value -> longest chain of ops ending in it
@@ -134,7 +136,8 @@ class Walker:
             for index, layout in transposed_dot_operands(op, self.tensor):
                 operands[index] = fusions.layout_copy(
                     operands[index], layout, rank([self.tensor(op.operands[index].type)]))
-        fusions.visit(operands, results, name, fusion_weight(name, infos, op), rank(infos))
+        weight = fusion_weight(name, infos, op, self.xla_cpu)
+        fusions.visit(operands, results, name, weight, rank(infos))
 
 
 def _chain_end(results: list, chain_to: dict, length: int) -> int:
