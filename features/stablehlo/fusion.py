@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from ..categories import (EXPENSIVE_HLO, FUSIBLE_HLO, INDEXING_HLO, SAME_INDEX_HLO,
-                          SINGLE_USE_HLO, UNDUPLICATED_HLO)
+from ..categories import (
+    EXPENSIVE_HLO,
+    FUSIBLE_HLO,
+    INDEXING_HLO,
+    SAME_INDEX_HLO,
+    SINGLE_USE_HLO,
+    UNDUPLICATED_HLO,
+)
 from .slices import resolve, sliced_dimension
 
 
