@@ -55,7 +55,7 @@ class Fusions:
     def __init__(self, xla_cpu: bool = True) -> None:
         self._xla_cpu = xla_cpu
         self._count = 0
-        self._producer: dict = {}  # result value (or slice piece) -> position of its op
+        self._producer: dict = {}  # result value -> position of its op
         self._users: dict = {}
         # ops whose result does not count as an array read (broadcasts, iotas, scalars)
         self._spread: set = set()
