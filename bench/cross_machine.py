@@ -8,9 +8,11 @@ Three steps, each its own command so the timing step runs alone on the machine:
     python bench/cross_machine.py measure --out DIR    # times here (resumable)
     python bench/cross_machine.py score --out DIR [--heldout FILE] [--json OUT.json]
 
-The committed runs: `bench/data/cross_machine_amd/` (with the held-out predictions of its
-94 programs) and `bench/data/cross_machine_amd_pass2/`, the same programs an hour later
-(`--heldout bench/data/cross_machine_amd/heldout.parquet`).
+The committed runs: `bench/data/cross_machine_amd/` (with the held-out predictions of every
+real program, from the build of the shipped schema-10 model: `build_default(...,
+predictions_out=...)`, its `leave_library_out` compile-time rows) and
+`bench/data/cross_machine_amd_pass2/`, the same 94 programs an hour later (`--heldout
+bench/data/cross_machine_amd/heldout.parquet`).
 
 `heldout` fits the shipped recipe with each library held out (`leave_library_out`, as
 `costmodel evaluate` does) and keeps every real program's held-out prediction, the model's
