@@ -597,14 +597,23 @@ def _stacked(x):
     return jnp.stack([jnp.sin(x) * 3.0, jnp.cos(x) * 4.0, jnp.exp(x), x * x], axis=-1)
 
 
+def _two_readers(x):
+    s = _stacked(x)
+    return s * 2.0, s + 1.0
+
+
+# the gradient of a loss over the stack slices the stack's cotangent four ways
+_stack_loss_grad = jax.grad(lambda x, t: jnp.mean((_stacked(x) - t) ** 2))
+
+
 @pytest.mark.parametrize("fn, args, groups", [
     # measured on XLA:CPU (jax 0.10.2), its fusions (and unfused ops) after optimization:
     # read by two ops, the stack is one fusion and each reader another
-    (lambda x: (lambda s: (s * 2.0, s + 1.0))(_stacked(x)), (VEC,), 3),
-    # the gradient of a loss over the stack slices it four ways: XLA computes the stack
-    # in one fusion, the gradient in a second and the exp both share on its own; fused
-    # into the gradient (schema 9) the stack was one fusion of 43
-    (jax.grad(lambda x, t: jnp.mean((_stacked(x) - t) ** 2)), (VEC, _f32(16, 4)), 3),
+    (_two_readers, (VEC,), 3),
+    # the loss's gradient: XLA computes the stack in one fusion, the gradient in a second
+    # and the exp both share on its own; fused into the gradient (schema 9) the stack was
+    # one fusion of 43
+    (_stack_loss_grad, (VEC, _f32(16, 4)), 3),
 ])
 def test_xla_cpu_materializes_a_concatenate_read_more_than_once(fn, args, groups):
     feats = F.extract(fn, *args)
@@ -650,18 +659,13 @@ def _gates_and_args(width, pieces, axis):
     return fn, tuple(args)
 
 
-def _two_readers(x):
-    s = _stacked(x)
-    return s * 2.0, s + 1.0
-
-
 @pytest.mark.parametrize("fn, args, sizes", [
     # measured on XLA:GPU (jax 0.10.2, deviceless H100), its fusions' ops other than
     # parameters: it fuses every concatenate XLA:CPU materializes
     (*_gates_and_args(64, 2, 1), [9]),
     (*_gates_and_args(16, 9, 0), [23]),
     (_two_readers, (VEC,), [11, 11]),  # the stack computed in each reader's fusion
-    (jax.grad(lambda x, t: jnp.mean((_stacked(x) - t) ** 2)), (VEC, _f32(16, 4)), [29]),
+    (_stack_loss_grad, (VEC, _f32(16, 4)), [29]),
 ])
 def test_xla_gpu_fuses_the_concatenates_xla_cpu_materializes(fn, args, sizes):
     feats = F.extract(fn, *args, backend="gpu", target="h100")
