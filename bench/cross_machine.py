@@ -11,8 +11,9 @@ Three steps, each its own command so the timing step runs alone on the machine:
 The committed runs: `bench/data/cross_machine_amd/` (with the held-out predictions of every
 real program, from the build of the shipped schema-10 model: `build_default(...,
 predictions_out=...)`, its `leave_library_out` compile-time rows) and
-`bench/data/cross_machine_amd_pass2/`, the same 94 programs an hour later (`--heldout
-bench/data/cross_machine_amd/heldout.parquet`).
+`bench/data/cross_machine_amd_pass2/`, the same 94 programs an hour later, and
+`bench/data/cross_machine_amd_pass3/`, eight hours later (`--heldout
+bench/data/cross_machine_amd/heldout.parquet`); each pass ran `measure --programs 94`.
 
 `heldout` fits the shipped recipe with each library held out (`leave_library_out`, as
 `costmodel evaluate` does) and keeps every real program's held-out prediction, the model's

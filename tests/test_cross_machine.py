@@ -1,5 +1,5 @@
-"""bench/cross_machine.py on its committed runs: real programs measured on an AMD EPYC (two
-passes, an hour apart), predicted by models trained on the Intel Xeon's rows with
+"""bench/cross_machine.py on its committed runs: real programs measured on an AMD EPYC (three
+passes: two an hour apart, a third eight hours later), predicted by models trained on the Intel Xeon's rows with
 their library held out."""
 
 import json
@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # each committed run and the result its score step wrote; both passes measured the same
 # programs, whose held-out predictions lie in the first one's folder
 RUNS = {"bench/data/cross_machine_amd": "bench/results/cross_machine.json",
-        "bench/data/cross_machine_amd_pass2": "bench/results/cross_machine_pass2.json"}
+        "bench/data/cross_machine_amd_pass2": "bench/results/cross_machine_pass2.json",
+        "bench/data/cross_machine_amd_pass3": "bench/results/cross_machine_pass3.json"}
 HELDOUT = ROOT / "bench/data/cross_machine_amd/heldout.parquet"
 
 
@@ -57,10 +58,10 @@ def test_the_committed_result_is_what_the_committed_run_scores(run):
         for name, ratios in stored["per_part_over_same_machine"].items():
             assert report["per_part_over_same_machine"][name] == pytest.approx(ratios)
     # as measured on 2026-12-02: the machines compile these programs about equally fast
-    # (here over there, as measured, median 0.96 and 0.89), and calibrated by parts the
-    # schema-10 model's median fold on the AMD machine's steady seconds is within
-    # 1.05-1.07x of its same-machine median fold (1.15; the schema-8 model: 0.99-1.03x of
-    # 1.21)
+    # (here over there, as measured, median 0.96, 0.89 and 0.88), and calibrated by parts
+    # the schema-10 model's median fold on the AMD machine's steady seconds is within
+    # 1.05-1.10x of its same-machine median fold (1.15; the schema-8 model, on the first
+    # two passes: 0.99-1.03x of 1.21)
     assert 0.85 < report["here_over_there_raw_median"] < 1.1
     for ratios in report["per_part_over_same_machine"].values():
         assert ratios["steady"] < 1.1
