@@ -1,6 +1,6 @@
 """bench/cross_machine.py on its committed runs: real programs measured on an AMD EPYC (three
-passes: two an hour apart, a third eight hours later), predicted by models trained on the Intel Xeon's rows with
-their library held out."""
+passes: two an hour apart, a third eight hours later), predicted by models trained on the
+Intel Xeon's rows with their library held out."""
 
 import json
 from pathlib import Path
