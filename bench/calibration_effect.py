@@ -5,10 +5,10 @@ The machine this runs on is measured twice: as it is, and as a machine with one 
 part of a compile that differs most between machines). In each condition the calibration
 set is measured as `costmodel calibrate` measures it, then a fixed set of real-corpus
 programs is measured in fresh processes as sweeps do, and the shipped model's predictions
-are compared with the measurements three ways: uncalibrated; scaled by the reference
-program alone (the calibration before the set: one factor for all programs); and scaled
-per part of the compile (the calibration set's factors weighted by each program's
-predicted phase shares). Median and p90 fold error against measured compile seconds.
+are compared with the measurements uncalibrated and scaled each way
+`_calibration_views` names (the reference program alone; the set's part factors weighted
+by each program's predicted phase shares; the reference speed `costmodel calibrate`
+applies). Median and p90 fold error against measured compile seconds.
 
     python bench/calibration_effect.py [--programs 16] [--max-seconds 8] [--json out.json]
 """
@@ -24,10 +24,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from _calibration_views import VIEWS, factors
 from tqdm import tqdm
 
 from costmodel.models import load_default
-from costmodel.models.calibration import Calibration
 from costmodel.training.evaluation import metrics
 from costmodel.training.fitting.fit import features_frame, select_rows
 from costmodel.training.measure.calibrate import calibrate
@@ -85,26 +85,23 @@ def condition(name: str, which: set[int] | None, rows: pd.DataFrame, artifact) -
     with cores(which), tempfile.TemporaryDirectory() as tmp:
         record = calibrate(path=Path(tmp) / "calibration.json", manifest=artifact.manifest)
         measured = measure(rows, name)
-    reference = record["programs"]["reference"]
-    reference_scale = (reference["here"]["compile_seconds"]
-                       / reference["training"]["compile_seconds"])
-    per_part = np.asarray(Calibration(record["scale"], record["part_scales"]).scale_for(shares))
+    views = factors(record, shares, artifact.manifest)
+    per_part = np.broadcast_to(views["per_part"], predicted.shape)
     out = {"condition": name, "programs": int(np.isfinite(measured).sum()),
-           "reference_scale": reference_scale, "overall_scale": record["scale"],
+           **{f"{view}_scale": float(np.median(views[view])) for view in VIEWS},
            "part_scales": record["part_scales"],
            "program_scales": {"min": float(per_part.min()), "max": float(per_part.max())},
            "uncalibrated": errors(predicted, measured),
-           "reference_only": errors(predicted * reference_scale, measured),
-           "per_part": errors(predicted * per_part, measured),
+           **{view: errors(predicted * views[view], measured) for view in VIEWS},
            "rows": [{"family": r["family"], "params": r["params"], "predicted": float(p),
                      "measured": float(m), "per_part_scale": float(s)}
                     for r, p, m, s in zip(rows.to_dict("records"), predicted, measured,
                                           per_part)]}
-    print(f"{name:<9} reference x{reference_scale:.2f}, parts "
-          + ", ".join(f"{k} x{v:.2f}" for k, v in (record["part_scales"] or {}).items())
+    print(f"{name:<9} " + ", ".join(f"{view} x{out[f'{view}_scale']:.2f}" for view in VIEWS)
+          + "; parts " + ", ".join(f"{k} x{v:.2f}" for k, v in (record["part_scales"] or {}).items())
           + "; median/p90 fold: " + "  ".join(
               f"{kind} {out[kind]['median_fold']:.2f}/{out[kind]['p90_fold']:.2f}"
-              for kind in ("uncalibrated", "reference_only", "per_part")), flush=True)
+              for kind in ("uncalibrated", *VIEWS)), flush=True)
     return out
 
 

@@ -11,9 +11,11 @@ Three steps, each its own command so the timing step runs alone on the machine:
 The committed runs: `bench/data/cross_machine_amd/` (with the held-out predictions of every
 real program, from the build of the shipped schema-10 model: `build_default(...,
 predictions_out=...)`, its `leave_library_out` compile-time rows) and
-`bench/data/cross_machine_amd_pass2/`, the same 94 programs an hour later, and
-`bench/data/cross_machine_amd_pass3/`, eight hours later (`--heldout
-bench/data/cross_machine_amd/heldout.parquet`); each pass ran `measure --programs 94`.
+`bench/data/cross_machine_amd_pass2/`, the same 94 programs an hour later,
+`bench/data/cross_machine_amd_pass3/`, eight hours later, and
+`bench/data/cross_machine_amd_pass4/`, with `costmodel calibrate`'s reference speed in place
+(`--heldout bench/data/cross_machine_amd/heldout.parquet`); each pass ran `measure
+--programs 94`, passes 1-3 with `--calibration-rounds 1`.
 
 `heldout` fits the shipped recipe with each library held out (`leave_library_out`, as
 `costmodel evaluate` does) and keeps every real program's held-out prediction, the model's
@@ -23,7 +25,7 @@ spread over the log of their training-machine compile time and over libraries, r
 program in a fresh process as sweeps do, one at a time; each row is appended the moment it
 is measured, so an interrupted run resumes. `score` compares the held-out predictions with
 the training machine's measurements (the same-machine figure) and with this machine's,
-uncalibrated, scaled by the reference program alone, and scaled per part of the compile.
+uncalibrated and calibrated each way `_calibration_views` names.
 """
 
 from __future__ import annotations
@@ -34,14 +36,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from _calibration_views import VIEWS, factors
 from tqdm import tqdm
 
 from costmodel.models import load_default
-from costmodel.models.calibration import Calibration
 from costmodel.training.evaluation import metrics
 from costmodel.training.evaluation.evaluate import predictions, with_keys
 from costmodel.training.fitting.fit import features_frame, model_params, select_rows
-from costmodel.training.measure.calibrate import calibrate
+from costmodel.training.measure.calibrate import ROUNDS, calibrate, median_reference
 from costmodel.training.measure.machine import environment
 from costmodel.training.measure.runner import close_zygotes
 from costmodel.training.measure.sweep import measure_program
@@ -98,8 +100,10 @@ def pick_synthetic(rows: pd.DataFrame, max_seconds: float) -> pd.DataFrame:
     return synthetic.loc[nearest].sort_values("compile_seconds").reset_index(drop=True)
 
 
-def measure(out: Path, count: int, max_seconds: float, synthetic: bool = False) -> None:
-    """Calibrate, measure the chosen programs (skipping those measured already), calibrate."""
+def measure(out: Path, count: int, max_seconds: float, synthetic: bool = False,
+            rounds: int = ROUNDS) -> None:
+    """Calibrate, measure the chosen programs (skipping those measured already), calibrate;
+    each calibration of `rounds` rounds."""
     artifact = load_default("cpu")
     rows = training_rows()
     chosen = pick_synthetic(rows, max_seconds) if synthetic else pick(rows, count, max_seconds)
@@ -110,7 +114,7 @@ def measure(out: Path, count: int, max_seconds: float, synthetic: bool = False) 
     if path.exists():
         done = {json.loads(line)["key"] for line in path.read_text().splitlines() if line.strip()}
     if not (out / CALIBRATIONS[0]).exists():
-        calibrate(path=out / CALIBRATIONS[0], manifest=artifact.manifest, rounds=1)
+        calibrate(path=out / CALIBRATIONS[0], manifest=artifact.manifest, rounds=rounds)
     todo = chosen[~chosen["key"].isin(done)]
     try:
         for record in tqdm(todo.to_dict("records"), desc="measure", unit="prog"):
@@ -120,7 +124,7 @@ def measure(out: Path, count: int, max_seconds: float, synthetic: bool = False) 
                 handle.write(json.dumps(row, default=str) + "\n")
     finally:
         close_zygotes()
-    calibrate(path=out / CALIBRATIONS[1], manifest=artifact.manifest, rounds=1)
+    calibrate(path=out / CALIBRATIONS[1], manifest=artifact.manifest, rounds=rounds)
 
 
 def _read_measured(out: Path) -> pd.DataFrame:
@@ -149,8 +153,8 @@ def score(out: Path, heldout_path: Path | None = None) -> dict:
 
     This machine's seconds are scored two ways: `raw`, as measured in the sweep's
     processes; `steady`, brought to the reference speed `costmodel calibrate` saw here
-    (each row's seconds times (calibration reference / the row's reference) ** the model's
-    reference power), as the training labels are brought to the training machine's median
+    (each row's seconds times (the calibration's median reference / the row's reference)
+    ** the model's reference power), as the training labels are brought to the training machine's median
     reference: the model predicts a machine in a steady state, not the sweep's drift.
     """
     artifact = load_default("cpu")
@@ -168,6 +172,7 @@ def score(out: Path, heldout_path: Path | None = None) -> dict:
     point = ours.loc[keys, "point"].to_numpy(float)
     power_law = baseline.loc[keys, "point"].to_numpy(float)
     raw = here["compile_seconds"].to_numpy(float)
+    there = train.loc[keys, "compile_seconds"].to_numpy(float)
     row_ref = here["ref_seconds"].to_numpy(float)
     report = {
         "model_version": artifact.version,  # its phase shares weigh the part factors
@@ -177,35 +182,39 @@ def score(out: Path, heldout_path: Path | None = None) -> dict:
         "machine_there": {"cpu_model": str(train["cpu_model"].iloc[0]),
                           "cpu_count": int(train["cpu_count"].iloc[0])},
         "reference_power": power,
-        "here_over_there_raw_median": float(np.median(
-            raw / train.loc[keys, "compile_seconds"].to_numpy(float))),
+        "here_over_there_raw_median": float(np.median(raw / there)),
         "reference_here_median": float(np.median(row_ref)),
         "reference_there_median": float(np.median(train.loc[keys, "ref_seconds"])),
         # the held-out label: the training machine's seconds at its median reference
         "same_machine": {"model": _scores(point, ours.loc[keys, "actual"].to_numpy(float)),
                          "power_law": _scores(power_law,
                                               ours.loc[keys, "actual"].to_numpy(float))},
+        # the training machine's seconds as its sweep measured them, against the predictions
+        # times the one factor that fits them best: how far drift alone takes a machine's
+        # own as-measured seconds from predictions of its steady state
+        "same_machine_as_measured": _scores(point * float(np.exp(np.median(np.log(
+            there / point)))), there),
         "calibrations": [],
     }
     for name in CALIBRATIONS:
         if not (out / name).exists():
             continue
         record = json.loads((out / name).read_text())
-        ref = record["programs"]["reference"]
-        steady = raw * (ref["here"]["compile_seconds"] / row_ref) ** power
-        ref_scale = ref["here"]["compile_seconds"] / ref["training"]["compile_seconds"]
-        parts = np.asarray(Calibration(record["scale"], record["part_scales"]).scale_for(shares))
-        report["calibrations"].append({
-            "file": name, "reference_scale": ref_scale, "overall_scale": record["scale"],
-            "part_scales": record["part_scales"],
-            "uncalibrated": _views(point, raw, steady),
-            "reference_only": _views(point * ref_scale, raw, steady),
-            "per_part": _views(point * parts, raw, steady),
-            "power_law_reference_only": _views(power_law * ref_scale, raw, steady)})
+        here_reference = median_reference({k: p["here"] for k, p in record["programs"].items()})
+        steady = raw * (here_reference / row_ref) ** power
+        views = factors(record, shares, artifact.manifest)
+        entry = {"file": name, "part_scales": record["part_scales"],
+                 **{f"{view}_scale": float(np.median(views[view])) for view in VIEWS},
+                 "uncalibrated": _views(point, raw, steady),
+                 **{view: _views(point * views[view], raw, steady) for view in VIEWS},
+                 "power_law_reference_speed": _views(power_law * views["reference_speed"],
+                                                     raw, steady)}
+        report["calibrations"].append(entry)
     same = report["same_machine"]["model"]["median_fold"]
-    report["per_part_over_same_machine"] = {
-        entry["file"]: {view: entry["per_part"][view]["median_fold"] / same
-                        for view in ("raw", "steady")} for entry in report["calibrations"]}
+    report["calibrated_over_same_machine"] = {
+        view: {entry["file"]: {kind: entry[view][kind]["median_fold"] / same
+                               for kind in ("raw", "steady")}
+               for entry in report["calibrations"]} for view in VIEWS}
     report["rows"] = [{"key": k, "library": train.loc[k, "library"],
                        "there": float(train.loc[k, "compile_seconds"]), "here": float(h),
                        "heldout_point": float(p)} for k, h, p in zip(keys, raw, point)]
@@ -224,15 +233,15 @@ def _print(report: dict) -> None:
           " s here")
     print(line("same machine, held out", report["same_machine"]["model"]))
     print(line("same machine, power law", report["same_machine"]["power_law"]))
+    print(line("same machine, as measured", report["same_machine_as_measured"]))
     for entry in report["calibrations"]:
-        print(f" {entry['file']}: reference x{entry['reference_scale']:.2f}, overall "
-              f"x{entry['overall_scale']:.2f}, parts "
+        print(f" {entry['file']}: " + ", ".join(
+            f"{view} x{entry[f'{view}_scale']:.2f}" for view in VIEWS) + "; parts "
               + ", ".join(f"{k} x{v:.2f}" for k, v in (entry["part_scales"] or {}).items()))
         for view in ("raw", "steady"):
-            for kind in ("uncalibrated", "reference_only", "per_part",
-                         "power_law_reference_only"):
+            for kind in ("uncalibrated", *VIEWS, "power_law_reference_speed"):
                 print(line(f"{view}: {kind}", entry[kind][view]))
-    print(" per part over same machine:", json.dumps(report["per_part_over_same_machine"]))
+    print(" calibrated over same machine:", json.dumps(report["calibrated_over_same_machine"]))
 
 
 def main() -> None:
@@ -243,6 +252,8 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=40.0,
                         help="largest training-machine compile time among the programs")
     parser.add_argument("--jobs", type=int, default=2, help="held-out fits side by side")
+    parser.add_argument("--calibration-rounds", type=int, default=ROUNDS,
+                        help="measure: rounds of each calibration (passes 1-3 ran 1)")
     parser.add_argument("--synthetic", action="store_true",
                         help="measure: one program per synthetic family instead")
     parser.add_argument("--heldout", type=Path, default=None,
@@ -253,7 +264,8 @@ def main() -> None:
     if args.step == "heldout":
         heldout(args.out, args.jobs)
     elif args.step == "measure":
-        measure(args.out, args.programs, args.max_seconds, args.synthetic)
+        measure(args.out, args.programs, args.max_seconds, args.synthetic,
+                args.calibration_rounds)
     else:
         report = score(args.out, args.heldout)
         _print(report)

@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from costmodel.features import (
     MODEL_FEATURES,
     Features,
@@ -104,17 +102,6 @@ class Prediction:
         return ratios[:top]
 
 
-def _calibration_scale(artifact, inputs: dict[str, float]) -> float:
-    """This machine's factor for the program: its parts' factors weighted by the
-    program's predicted shares when both are known (`costmodel calibrate`)."""
-    from costmodel.models.calibration import load_calibration
-
-    calibration = load_calibration()
-    if not calibration.part_scales:
-        return calibration.scale
-    return float(np.ravel(calibration.scale_for(artifact.predictor.part_shares([inputs])))[0])
-
-
 def load_model(model):
     """An `Artifact` from what `model=` takes: None (the shipped default, chosen later by
     backend and target), an `Artifact`, or the folder of one (`costmodel train --out`)."""
@@ -152,6 +139,7 @@ def predict_features(features: Features, model=None) -> Prediction:
     no usable model exists, ValueError when the model is for another backend or target.
     """
     from costmodel.models import load_default
+    from costmodel.models.calibration import load_calibration
 
     artifact = load_model(model) or load_default(features.backend, features.target)
     if (artifact.backend, artifact.target) != (features.backend, features.target):
@@ -160,7 +148,7 @@ def predict_features(features: Features, model=None) -> Prediction:
             f"not {_where(features.backend, features.target)}")
     inputs = features.model_inputs()
     out = artifact.predict([inputs])
-    scale = _calibration_scale(artifact, inputs)
+    scale = load_calibration().scale  # this machine's (`costmodel calibrate`)
 
     def triple(name: str, factor: float = 1.0) -> tuple[float, tuple[float, float]]:
         part = out.get(name)

@@ -1,21 +1,18 @@
 """This machine's calibration, as predictions read it: compile-time scales from a file.
 
 `costmodel calibrate` (`costmodel.training.measure.calibrate`) times the calibration set here and
-writes the file (`$COSTMODEL_CALIBRATION`, else `~/.cache/costmodel/calibration.json`):
-one scale per part of the compile (HLO passes, backend, the rest; see `phase_shares`)
-and one overall. Predictions read it here, once per change of the file.
+writes the file (`$COSTMODEL_CALIBRATION`, else `~/.cache/costmodel/calibration.json`)
+with one scale for every program; the part factors it records beside are not applied.
+Predictions read it here, once per change of the file.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-
-import numpy as np
 
 from costmodel.features.environment import cpu_model, host_cpu_count
 
@@ -27,20 +24,10 @@ class Calibration:
     """How much slower this machine compiles than the training machine.
 
     Attributes:
-        scale: One factor for every program (what a record without parts holds).
-        part_scales: A factor per part of the compile, or None.
+        scale: The factor on every compile-time prediction.
     """
 
     scale: float = 1.0
-    part_scales: Mapping[str, float] | None = None
-
-    def scale_for(self, shares: Mapping[str, np.ndarray] | None) -> np.ndarray | float:
-        """The factor for programs whose compile splits into `shares` (per part, per
-        program): the parts' factors weighted by their shares; `scale` without them."""
-        if not self.part_scales or shares is None:
-            return self.scale
-        return sum(np.asarray(shares[part]) * factor
-                   for part, factor in self.part_scales.items())
 
 
 UNCALIBRATED = Calibration()
@@ -74,14 +61,12 @@ def _read(path: str, _mtime_ns: int, _size: int) -> Calibration:
     try:
         record = json.loads(Path(path).read_text())
         scale = float(record["scale"])
-        parts = record.get("part_scales")
-        parts = None if parts is None else {str(k): float(v) for k, v in parts.items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return UNCALIBRATED
     if record.get("cpu_model") not in (None, cpu_model()):
         return UNCALIBRATED
     if record.get("cpu_count") not in (None, host_cpu_count()):
         return UNCALIBRATED
-    if not scale > 0 or (parts and not all(v > 0 for v in parts.values())):
+    if not scale > 0:
         return UNCALIBRATED
-    return Calibration(scale, parts)
+    return Calibration(scale)

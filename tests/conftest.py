@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,10 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
 def bench_module(name: str):
-    """`bench/<name>.py` imported as a module (the benches are scripts, not a package)."""
+    """`bench/<name>.py` imported as a module (the benches are scripts, not a package); its
+    sibling modules (`_scoring`, ...) import as they do when the script runs from bench/."""
+    if str(BENCH) not in sys.path:
+        sys.path.append(str(BENCH))
     spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

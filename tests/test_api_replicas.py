@@ -33,16 +33,13 @@ SYNC = 0.5  # MODEL_SYNC_SECONDS
 LOAD_MARGIN = 1.0
 
 
-def _bench(monkeypatch):
-    # the bench imports its sibling modules as a script run from bench/ would
-    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+def _bench():
     from conftest import bench_module
 
     return bench_module("replica_load")
 
 
-def test_a_promotion_reaches_both_replicas_and_no_request_fails(tmp_path, postgres_url,
-                                                                monkeypatch):
+def test_a_promotion_reaches_both_replicas_and_no_request_fails(tmp_path, postgres_url):
     wrong = train_artifact(tmp_path / "wrong", seed=1, scale=30.0)
     data = write_data(tmp_path / "cpu.parquet", rows(30, seed=2))
     with stores.fresh_postgres(postgres_url) as url:
@@ -51,7 +48,7 @@ def test_a_promotion_reaches_both_replicas_and_no_request_fails(tmp_path, postgr
                           RETRAIN_RUNNER="worker", MODEL_SYNC_SECONDS=SYNC)
         replicas = [Server(tmp_path, settings, workers=1, name=f"replica-{i}") for i in (0, 1)]
         worker = RetrainWorker(tmp_path, settings)
-        load = _bench(monkeypatch).ReplicaLoad([r.port for r in replicas], feature_body(),
+        load = _bench().ReplicaLoad([r.port for r in replicas], feature_body(),
                                                clients=4, pause=0.01)
         try:
             for replica in replicas:

@@ -1,5 +1,5 @@
-"""Per-part calibration: the record predictions read, the factors fitted from the
-calibration set, the phase shares they are weighted by."""
+"""Calibration: the record predictions read, the reference speed it applies, the part
+factors it records beside from the calibration set, the phase shares."""
 
 from __future__ import annotations
 
@@ -13,7 +13,13 @@ from costmodel.features.environment import cpu_model, host_cpu_count
 from costmodel.models.calibration import Calibration, load_calibration
 from costmodel.models.table import Table
 from costmodel.training.fitting.phase_model import TERMS, fit_phase_shares
-from costmodel.training.measure.calibrate import calibrate, part_scales, training_set
+from costmodel.training.measure.calibrate import (
+    calibrate,
+    median_reference,
+    part_scales,
+    reference_speed_scale,
+    training_set,
+)
 from costmodel.training.measure.phases import part_seconds
 
 # Shares of the five calibration programs on the training machine (hlo, backend, other),
@@ -29,9 +35,11 @@ def _training():
             for p, (s, shares) in TRAINING.items()}
 
 
-def _here(factors):
+def _here(factors, refs=None):
+    refs = refs or [None] * len(TRAINING)
     return {p: {"compile_seconds": sum(v * factors[k] for k, v in t["parts"].items()),
-                "parts": None} for p, t in _training().items()}
+                "ref_seconds": ref, "parts": None}
+            for (p, t), ref in zip(_training().items(), refs)}
 
 
 def test_part_factors_come_back_from_a_machine_slower_in_the_backend_only():
@@ -58,31 +66,56 @@ def test_without_traced_training_figures_only_the_overall_factor():
     assert part_scales(here, training) == (pytest.approx(1.3), None)
 
 
-def test_the_factor_of_a_program_weighs_its_parts_by_their_shares():
-    calibration = Calibration(1.5, {"hlo": 1.0, "backend": 2.0, "other": 1.2})
-    shares = {"hlo": np.array([0.5, 0.0]), "backend": np.array([0.25, 1.0]),
-              "other": np.array([0.25, 0.0])}
-    assert calibration.scale_for(shares) == pytest.approx([1.3, 2.0])
-    assert calibration.scale_for(None) == 1.5
-    assert Calibration(1.5).scale_for(shares) == 1.5
+def test_the_factor_is_the_reference_speed_here_to_the_models_power():
+    assert reference_speed_scale(0.12, 0.10, 0.83) == pytest.approx(1.2 ** 0.83)
+    assert reference_speed_scale(0.12, 0.10, 0.83) == pytest.approx(1.1634, abs=1e-4)
+    # nothing to carry it by: no timing here, none for the model, or a model whose rows
+    # showed no drift to divide out
+    assert reference_speed_scale(None, 0.10, 0.83) is None
+    assert reference_speed_scale(0.12, None, 0.83) is None
+    assert reference_speed_scale(0.12, 0.10, 0.0) is None
+    assert median_reference(_here(dict.fromkeys(("hlo", "backend", "other"), 1.0),
+                                  (0.11, None, 0.15, 0.12, 0.14))) == pytest.approx(0.13)
+
+
+def test_calibrate_applies_the_reference_speed_and_records_the_sets_factors(tmp_path,
+                                                                             monkeypatch):
+    from costmodel.training.measure import calibrate as module
+
+    here = _here({"hlo": 1.0, "backend": 2.0, "other": 1.0}, (0.11, 0.12, 0.13, 0.14, 0.15))
+    monkeypatch.setattr(module, "measure_set", lambda programs, progress=None: here)
+    manifest = {"version": "test", "calibration_set": _training(), "reference_seconds": 0.1,
+                "reference_power": 0.8}
+    record = calibrate(path=tmp_path / "calibration.json", manifest=manifest, rounds=1)
+    assert record["scale_from"] == "reference_speed"
+    assert record["scale"] == pytest.approx(1.3 ** 0.8)  # median reference 0.13 against 0.1
+    assert record["reference_seconds"] == {"here": pytest.approx(0.13), "model": 0.1}
+    assert record["set_scale"] == pytest.approx(1.56)
+    assert record["part_scales"]["backend"] == pytest.approx(1.92, abs=0.01)
+    assert load_calibration(tmp_path / "calibration.json") == Calibration(
+        pytest.approx(1.3 ** 0.8))
+    # a model that records no reference power: the set's median ratio
+    del manifest["reference_power"]
+    record = calibrate(path=tmp_path / "calibration.json", manifest=manifest, rounds=1)
+    assert (record["scale_from"], record["scale"]) == ("calibration_set", pytest.approx(1.56))
 
 
 def test_calibration_file_applies_only_on_the_machine_that_wrote_it(tmp_path, monkeypatch):
     path = tmp_path / "calibration.json"
     monkeypatch.setenv("COSTMODEL_CALIBRATION", str(path))
-    assert load_calibration() == Calibration(1.0, None)
+    assert load_calibration() == Calibration(1.0)
     here = {"cpu_model": cpu_model(), "cpu_count": host_cpu_count()}
     path.write_text(json.dumps({"scale": 1.25, **here}))
-    assert load_calibration() == Calibration(1.25, None)
+    assert load_calibration() == Calibration(1.25)
     path.write_text(json.dumps({"scale": 1.25, "part_scales": {"hlo": 1.0, "backend": 1.5,
                                                               "other": 1.1}, **here}))
-    assert load_calibration().part_scales == {"hlo": 1.0, "backend": 1.5, "other": 1.1}
+    assert load_calibration() == Calibration(1.25)  # the parts recorded are not applied
     path.write_text(json.dumps({"scale": 1.25, **{**here, "cpu_model": "another machine"}}))
-    assert load_calibration() == Calibration(1.0, None)
+    assert load_calibration() == Calibration(1.0)
     path.write_text(json.dumps({"scale": 1.25, **{**here, "cpu_count": 999}}))
-    assert load_calibration() == Calibration(1.0, None)
+    assert load_calibration() == Calibration(1.0)
     path.write_text(json.dumps({"scale": -1.0, **here}))
-    assert load_calibration() == Calibration(1.0, None)
+    assert load_calibration() == Calibration(1.0)
 
 
 def _traced_row(seconds, hlo, backend, wall=1.0, **extra):
@@ -135,7 +168,9 @@ def test_calibrate_measures_the_set_here(tmp_path):
     record = calibrate(path=tmp_path / "calibration.json", manifest=manifest, rounds=2)
     assert set(record["programs"]) == set(TRAINING)
     assert all(p["here"]["parts"] for p in record["programs"].values())
-    assert 0.2 < record["scale"] < 5 and set(record["part_scales"]) == {"hlo", "backend", "other"}
+    assert set(record["part_scales"]) == {"hlo", "backend", "other"}
+    assert record["scale_from"] == "calibration_set"  # the manifest has no reference speed
+    assert 0.2 < record["scale"] < 5 and 0.02 < record["reference_seconds"]["here"] < 1
     assert load_calibration(tmp_path / "calibration.json").scale == pytest.approx(record["scale"])
 
 
@@ -160,7 +195,7 @@ def test_rounds_combine_into_each_programs_median():
         calibrate(manifest={"calibration_set": _training()}, rounds=0)
 
 
-def test_predictions_scale_by_the_programs_own_factor(tmp_path, monkeypatch):
+def test_predictions_scale_by_the_records_one_factor(tmp_path, monkeypatch):
     from dataclasses import replace
 
     import jax
@@ -187,5 +222,6 @@ def test_predictions_scale_by_the_programs_own_factor(tmp_path, monkeypatch):
                                 "cpu_count": host_cpu_count(),
                                 "part_scales": {"hlo": 1.0, "backend": 2.0, "other": 1.2}}))
     scaled = costmodel.predict_stablehlo(text, model=folder)
-    assert scaled.calibration_scale == pytest.approx(0.25 * 1.0 + 0.5 * 2.0 + 0.25 * 1.2)
-    assert scaled.compile_seconds == pytest.approx(plain.compile_seconds * 1.55)
+    # not the parts weighted by this model's shares (0.25 * 1.0 + 0.5 * 2.0 + 0.25 * 1.2)
+    assert scaled.calibration_scale == pytest.approx(1.7)
+    assert scaled.compile_seconds == pytest.approx(plain.compile_seconds * 1.7)

@@ -44,7 +44,10 @@ def test_a_real_compile_has_every_named_phase_within_its_wall_time(traced):
     assert seconds["emit"] + seconds["kernels"] + seconds["jit"] <= seconds["backend"]
     # the backend (LLVM) dominates a small CPU compile; HLO passes are a few percent
     assert seconds["backend"] > 0.5 * wall
-    assert 0 < trace.passes["layout-assignment"] < seconds["hlo_through_layout"]
+    # the costliest pass lies within the HLO phases (which pass that is moves with load:
+    # `layout-assignment` usually, not always)
+    hlo = seconds["hlo_through_layout"] + seconds["hlo_after_layout"]
+    assert 0 < max(trace.passes.values()) < hlo
     assert len(trace.passes) == phases.TOP_PASSES
     assert list(trace.passes.values()) == sorted(trace.passes.values(), reverse=True)
 

@@ -110,10 +110,16 @@ def cmd_calibrate(args) -> int:
             bar.update(1)
 
         result = calibrate(progress=progress, rounds=args.rounds)
+    reference = result["reference_seconds"]
+    source = (f"the reference compiles in {reference['here']:.3f} s here, "
+              f"{reference['model']:.3f} s on the training machine"
+              if result["scale_from"] == "reference_speed"
+              else "the calibration set's median ratio")
     parts = result.get("part_scales")
-    detail = (" (" + ", ".join(f"{k} x{v:.2f}" for k, v in parts.items()) + ")") if parts else ""
-    emit(result, args.json, f"calibration scale {result['scale']:.3f}{detail} saved to "
-                             f"{result.get('path')}")
+    detail = ("; the set's programs, per part (not applied): "
+              + ", ".join(f"{k} x{v:.2f}" for k, v in parts.items())) if parts else ""
+    emit(result, args.json, f"calibration scale {result['scale']:.3f} ({source}){detail}; "
+                             f"saved to {result.get('path')}")
     return 0
 
 

@@ -81,6 +81,9 @@ def save(estimator: Any, path: str | os.PathLike, *, backend: str, target: str,
                                        data["family"].value_counts().sort_index().items()}
                           if "family" in data else {}},
         "reference_seconds": float(reference.median()) if reference.notna().any() else None,
+        # how compile seconds follow the reference's (`costmodel calibrate` carries the
+        # model to another machine by it)
+        "reference_power": float(predictor.reference_power),
         # the training machine's figures for `costmodel calibrate` (CPU compiles only)
         "calibration_set": training_set(data, predictor.reference_seconds,
                                         predictor.reference_power) if backend == "cpu" else {},

@@ -1,18 +1,23 @@
-"""Per-machine calibration: how fast this machine compiles each part of a compile,
-relative to the training machine.
+"""Per-machine calibration: how fast this machine compiles relative to the training
+machine, as one factor for every prediction.
 
-The calibration set (`corpus/calibration.py`: five programs, about a minute here) is
-measured here the way sweeps measure, each program in a fresh process with the
-compilation cache off and one traced compile for its phases. The training machine's
-figures for the same programs are in the default model's manifest (`calibration_set`,
-taken from its sweep rows). One factor per part of the compile (HLO passes, backend, the
-rest) is fitted so that the parts, scaled, add up to each program's compile here;
-predictions then weigh the factors by the program's predicted shares
-(`costmodel.models.phase_shares`). The record goes to a small JSON file
-(`$COSTMODEL_CALIBRATION`, else `~/.cache/costmodel/calibration.json`).
+The calibration set (`corpus/calibration.py`: five programs, about a minute a round here)
+is measured here the way sweeps measure, each program in a fresh process with the
+compilation cache off, the reference program timed beside it, and one traced compile for
+its phases. The factor applied is the reference program's speed here, as those processes
+timed it, over the model's median reference, to the model's reference power: the model
+divides each training row's drift out the same way (`(row ref / median ref) ** power`),
+so another machine is carried as the training machine at another reference speed.
 
-A manifest without a calibration set (models trained before it) gets the old calibration:
-the reference program alone, one factor for all programs.
+The set's own programs are recorded beside, with one factor per part of the compile (HLO
+passes, backend, the rest) fitted so the parts add up to each program's compile here.
+They are not applied: on 94 real programs measured on a second CPU kind, and on this
+machine pinned to one core, factors from the set's programs did no better than the
+reference alone, and programs' ratios between the machines did not follow their predicted
+phase shares (`bench/cross_machine.py`, `bench/calibration_effect.py`). A model whose
+manifest lacks the reference power is scaled by the median of the set's ratios instead.
+The record goes to a small JSON file (`$COSTMODEL_CALIBRATION`, else
+`~/.cache/costmodel/calibration.json`).
 
 Run `costmodel calibrate` once per machine.
 """
@@ -149,6 +154,23 @@ def part_scales(here: Mapping[str, dict], training: Mapping[str, dict]
     return math.exp(overall), {k: float(math.exp(v)) for k, v in zip(PARTS, log_scales)}
 
 
+def median_reference(here: Mapping[str, dict]) -> float | None:
+    """The reference compile's seconds here: the median of the timings taken beside the
+    calibration's programs, in their processes (as sweeps time each row's)."""
+    refs = [f["ref_seconds"] for f in here.values() if f.get("ref_seconds")]
+    return statistics.median(refs) if refs else None
+
+
+def reference_speed_scale(reference_here: float | None, reference_seconds: float | None,
+                          reference_power: float | None) -> float | None:
+    """The factor for every program: the reference's seconds here over the model's median
+    reference, to the model's power; None without either timing, or with a power of 0
+    (a model that found no drift to divide out carries nothing by its reference)."""
+    if not (reference_here and reference_seconds and reference_power and reference_power > 0):
+        return None
+    return (reference_here / reference_seconds) ** reference_power
+
+
 def calibrate(*, path: Path | None = None, manifest: Mapping | None = None,
               progress: Callable[[str], None] | None = None, rounds: int = ROUNDS) -> dict:
     """Measure the calibration set here and store this machine's factors.
@@ -162,12 +184,13 @@ def calibrate(*, path: Path | None = None, manifest: Mapping | None = None,
             program's figure is the median of its rounds (`combine_rounds`).
 
     Returns:
-        The stored record (overall scale, part scales, both machines' figures per
+        The stored record (the scale applied and where it came from, the reference
+        timings, the set's median ratio and part factors, both machines' figures per
         program, cpu model and count, ...) and the `path` it was stored at.
 
     Example:
-        >>> calibrate()["part_scales"]
-        {'hlo': 1.1, 'backend': 1.6, 'other': 1.2}
+        >>> calibrate()["scale"], calibrate()["scale_from"]
+        (1.08, 'reference_speed')
     """
     if manifest is None:
         from costmodel.models import default_path, verify
@@ -184,9 +207,15 @@ def calibrate(*, path: Path | None = None, manifest: Mapping | None = None,
         raise ValueError(f"rounds must be at least 1, not {rounds}")
     programs = [p for p in PROGRAMS if p in training]
     here = combine_rounds([measure_set(programs, progress=progress) for _ in range(rounds)])
-    scale, parts = part_scales(here, training)
+    set_scale, parts = part_scales(here, training)
+    reference_here = median_reference(here)
+    speed = reference_speed_scale(reference_here, manifest.get("reference_seconds"),
+                                  manifest.get("reference_power"))
     record = {
-        "scale": scale,
+        "scale": set_scale if speed is None else speed,
+        "scale_from": "calibration_set" if speed is None else "reference_speed",
+        "reference_seconds": {"here": reference_here, "model": manifest.get("reference_seconds")},
+        "set_scale": set_scale,
         "part_scales": parts,
         "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "cpu_model": cpu_model(),

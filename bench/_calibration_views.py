@@ -1,0 +1,39 @@
+"""The factor a calibration record gives each program, for each way of calibrating that
+the benches compare:
+
+- `reference_only`: the reference program's compile here over the training machine's (the
+  first `costmodel calibrate`: one tiny program, one factor);
+- `per_part`: the calibration set's part factors weighted by each program's predicted
+  phase shares (what `costmodel calibrate` applied with the schema-10 model);
+- `reference_speed`: the reference timings beside the set's programs over the model's
+  median reference, to its reference power (what `costmodel calibrate` applies now).
+
+Every record holds what all three need, so older records are scored each way too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from costmodel.training.measure.calibrate import median_reference, reference_speed_scale
+
+VIEWS = ("reference_only", "per_part", "reference_speed")
+
+
+def factors(record: Mapping, shares: Mapping[str, np.ndarray] | None,
+            manifest: Mapping) -> dict[str, np.ndarray | float]:
+    """Each view's factor: one number, or one per program where it weighs the shares."""
+    programs = record["programs"]
+    reference = programs["reference"]
+    parts = record.get("part_scales")
+    set_scale = record.get("set_scale", record["scale"])  # older records: the set's median
+    speed = reference_speed_scale(median_reference({k: p["here"] for k, p in programs.items()}),
+                                  manifest.get("reference_seconds"),
+                                  manifest.get("reference_power"))
+    return {"reference_only": (reference["here"]["compile_seconds"]
+                               / reference["training"]["compile_seconds"]),
+            "per_part": set_scale if not parts or shares is None
+            else sum(np.asarray(shares[part]) * factor for part, factor in parts.items()),
+            "reference_speed": set_scale if speed is None else speed}
