@@ -6,7 +6,8 @@ sweep compiles (`training.harness.compile_once`: CPU, or a GPU target deviceless
 no GPU is present): new function objects each time, exactly one backend compile each,
 all programs and the reference program interleaved per round, median of the rounds.
 Fold errors are reported as measured and with the prediction scaled by this run's
-reference time over the model's (what `costmodel calibrate` would apply). Each row keeps
+reference time over the model's, to the model's reference power (what `costmodel
+calibrate` would apply). Each row keeps
 the program's model inputs, so tests can score a retrained model on the same programs.
 """
 
@@ -27,6 +28,7 @@ from costmodel.training.corpus.reference import build_reference
 from costmodel.training.corpus.registry import sds
 from costmodel.training.evaluation.metrics import fold_errors
 from costmodel.training.evaluation.outside import score as score_stored
+from costmodel.training.evaluation.outside import speed_scale
 from costmodel.training.measure.harness import CompileEvents, compile_once, placement
 
 Build = Callable[[], tuple[Callable, tuple]]
@@ -153,7 +155,7 @@ def score(programs: Mapping[str, Build], rounds: int, json_path: str | None = No
     times = time_all({name: programs[name] for name in predictions}, place, rounds)
     model_reference = model.manifest["reference_seconds"]
     reference = statistics.median(times.pop("(reference)"))
-    speed = reference / model_reference
+    speed = speed_scale(model, reference)
     print(f"reference program: {reference * 1e3:.0f} ms here, {model_reference * 1e3:.0f} ms "
           f"in the model's sweep (scale {speed:.2f}); model {model.version}")
     rows = []

@@ -44,5 +44,22 @@ def test_model_card_section_scores_each_bench_of_the_backend():
     rows = [line for line in lines if line.startswith("| library_programs_h100 |")]
     assert len(rows) == 1
     assert "17 (2 did not lower)" in rows[0]
-    assert rows[0].split("|")[3].strip() == "1.32"  # its median fold
+    # its median fold, its predictions scaled as `costmodel calibrate` scales them for this
+    # model (scaled by the reference of the model that ran the bench, 1.32)
+    assert rows[0].split("|")[3].strip() == "1.20"
     assert not any("| unseen_programs |" in line for line in lines)  # CPU results stay out
+
+
+def test_a_bench_run_scales_by_the_scored_models_own_reference():
+    from types import SimpleNamespace
+
+    def model(reference, power):
+        return SimpleNamespace(manifest={"reference_seconds": reference},
+                               predictor=SimpleNamespace(reference_power=power))
+
+    # what calibrate applies: the run's reference over the model's, to the model's power
+    assert outside.speed_scale(model(0.10, 0.8), 0.12) == pytest.approx(1.2 ** 0.8)
+    # a model trained where the reference ran slower gets a smaller factor for the same run
+    assert outside.speed_scale(model(0.15, 0.8), 0.12) == pytest.approx(0.8 ** 0.8)
+    assert outside.speed_scale(model(0.10, 0.0), 0.12) == pytest.approx(1.2)  # no power
+    assert outside.speed_scale(model(None, 0.8), 0.12) == 1.0

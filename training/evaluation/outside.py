@@ -17,6 +17,7 @@ import numpy as np
 
 from costmodel.features import SCHEMA_VERSION
 
+from ..measure.calibrate import reference_speed_scale
 from . import metrics
 
 
@@ -35,9 +36,22 @@ def stored_results(folder: Path, backend: str, target: str = "") -> dict[str, di
     return found
 
 
+def speed_scale(artifact, reference_seconds: float) -> float:
+    """What `costmodel calibrate` would apply for `artifact` on the machine of a bench run
+    whose reference program took `reference_seconds`: that time over the model's median
+    reference, to the model's reference power (the first power for a model without one)."""
+    model_reference = artifact.manifest.get("reference_seconds")
+    if not model_reference:
+        return 1.0
+    return reference_speed_scale(reference_seconds, model_reference,
+                                 artifact.predictor.reference_power) \
+        or reference_seconds / model_reference
+
+
 def score(artifact, data: dict) -> dict:
     """Fold errors of `artifact` on one bench result, its prediction scaled by the run's
-    reference time as the bench scales it.
+    reference time as `costmodel calibrate` would scale it for this model (`speed_scale`;
+    models trained on other rows have other median references).
 
     Raises:
         ValueError: The stored inputs are of another feature schema (re-run the bench).
@@ -47,7 +61,8 @@ def score(artifact, data: dict) -> dict:
                          f"costmodel extracts {SCHEMA_VERSION}; re-run the bench to refresh")
     rows = data["results"]
     out = artifact.predict([row["model_inputs"] for row in rows])["compile_seconds"]
-    point, lo, hi = (out[key] * data["speed_scale"] for key in ("point", "lo", "hi"))
+    speed = speed_scale(artifact, data["reference_s"])
+    point, lo, hi = (out[key] * speed for key in ("point", "lo", "hi"))
     measured = np.array([row["measured_s"] for row in rows])
     folds = metrics.fold_errors(point, measured)
     return {"n": len(rows), "folds": folds, "median_fold": float(np.median(folds)),
@@ -69,7 +84,7 @@ def card_section(artifact, folder: Path, backend: str, target: str = "") -> list
              "Programs no corpus family builds, timed by the benches (`bench/`; the library "
              "programs call Haiku, Flax, Optax, Diffrax, Equinox, Optimistix, NumPyro and "
              "BlackJAX), scored from their stored model inputs; predictions are scaled by "
-             "the bench run's reference time.", "",
+             "the bench run's reference time as `costmodel calibrate` scales them.", "",
              "| bench | programs | median fold | max fold | within 2x | Spearman "
              "| 90% coverage |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, data in results.items():
