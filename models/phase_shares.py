@@ -1,11 +1,12 @@
 """What share of a program's compile each part of XLA takes: HLO passes, the backend
 (LLVM code generation), and the rest (JAX's lowering hand-off, compile set-up).
 
-Machines differ by part, not by one factor: code generation runs on parallel threads (core
-count matters), HLO passes on one. A per-part calibration (`calibration.Calibration`)
-scales each part by its own factor, weighted by these shares. The shares are a
-multinomial logit in log size counts, fitted on the training rows that carry a
-`jax.profiler` trace of their compile (`costmodel.training.fitting.phase_model`).
+`costmodel profile` sets a compile's measured parts beside the predicted ones these shares
+give. (Calibration does not weigh part factors by them: on real programs measured on a
+second CPU kind, the machines' ratios did not follow the shares; see
+`costmodel.training.measure.calibrate`.) The shares are a multinomial logit in log size
+counts, fitted on the training rows that carry a `jax.profiler` trace of their compile
+(`costmodel.training.fitting.phase_model`).
 """
 
 from __future__ import annotations

@@ -101,8 +101,8 @@ class Predictor:
             takes `reference_seconds`).
         recipe: The constructor arguments of the estimator that was fitted (to refit the
             same model on other rows), or None.
-        phase_shares: How compile time splits into parts of XLA's compile (what a
-            per-part calibration weighs its factors by), or None.
+        phase_shares: How compile time splits into parts of XLA's compile (the predicted
+            parts `costmodel profile` shows), or None.
 
     Example:
         >>> predictor.predict([features.model_inputs()])["compile_seconds"]["hi"]
