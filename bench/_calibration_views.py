@@ -17,23 +17,24 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from costmodel.training.measure.calibrate import median_reference, reference_speed_scale
+from costmodel.training.measure.calibrate import applied_scale, median_reference
 
 VIEWS = ("reference_only", "per_part", "reference_speed")
+
+
+def here_reference(record: Mapping) -> float | None:
+    """The reference's seconds in the calibration's processes on the machine it ran on."""
+    return median_reference({name: p["here"] for name, p in record["programs"].items()})
 
 
 def factors(record: Mapping, shares: Mapping[str, np.ndarray] | None,
             manifest: Mapping) -> dict[str, np.ndarray | float]:
     """Each view's factor: one number, or one per program where it weighs the shares."""
-    programs = record["programs"]
-    reference = programs["reference"]
+    reference = record["programs"]["reference"]
     parts = record.get("part_scales")
     set_scale = record.get("set_scale", record["scale"])  # older records: the set's median
-    speed = reference_speed_scale(median_reference({k: p["here"] for k, p in programs.items()}),
-                                  manifest.get("reference_seconds"),
-                                  manifest.get("reference_power"))
     return {"reference_only": (reference["here"]["compile_seconds"]
                                / reference["training"]["compile_seconds"]),
             "per_part": set_scale if not parts or shares is None
             else sum(np.asarray(shares[part]) * factor for part, factor in parts.items()),
-            "reference_speed": set_scale if speed is None else speed}
+            "reference_speed": applied_scale(here_reference(record), set_scale, manifest)[0]}

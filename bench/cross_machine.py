@@ -36,14 +36,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from _calibration_views import VIEWS, factors
+from _calibration_views import VIEWS, factors, here_reference
 from tqdm import tqdm
 
 from costmodel.models import load_default
 from costmodel.training.evaluation import metrics
 from costmodel.training.evaluation.evaluate import predictions, with_keys
 from costmodel.training.fitting.fit import features_frame, model_params, select_rows
-from costmodel.training.measure.calibrate import ROUNDS, calibrate, median_reference
+from costmodel.training.measure.calibrate import ROUNDS, calibrate
 from costmodel.training.measure.machine import environment
 from costmodel.training.measure.runner import close_zygotes
 from costmodel.training.measure.sweep import measure_program
@@ -200,8 +200,7 @@ def score(out: Path, heldout_path: Path | None = None) -> dict:
         if not (out / name).exists():
             continue
         record = json.loads((out / name).read_text())
-        here_reference = median_reference({k: p["here"] for k, p in record["programs"].items()})
-        steady = raw * (here_reference / row_ref) ** power
+        steady = raw * (here_reference(record) / row_ref) ** power
         views = factors(record, shares, artifact.manifest)
         entry = {"file": name, "part_scales": record["part_scales"],
                  **{f"{view}_scale": float(np.median(views[view])) for view in VIEWS},

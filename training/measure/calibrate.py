@@ -171,6 +171,15 @@ def reference_speed_scale(reference_here: float | None, reference_seconds: float
     return (reference_here / reference_seconds) ** reference_power
 
 
+def applied_scale(reference_here: float | None, set_scale: float,
+                  manifest: Mapping) -> tuple[float, str]:
+    """The factor predictions apply and where it comes from: the reference speed, or the
+    set's median ratio for a model that records no reference (`reference_speed_scale`)."""
+    speed = reference_speed_scale(reference_here, manifest.get("reference_seconds"),
+                                  manifest.get("reference_power"))
+    return (set_scale, "calibration_set") if speed is None else (speed, "reference_speed")
+
+
 def calibrate(*, path: Path | None = None, manifest: Mapping | None = None,
               progress: Callable[[str], None] | None = None, rounds: int = ROUNDS) -> dict:
     """Measure the calibration set here and store this machine's factors.
@@ -209,11 +218,10 @@ def calibrate(*, path: Path | None = None, manifest: Mapping | None = None,
     here = combine_rounds([measure_set(programs, progress=progress) for _ in range(rounds)])
     set_scale, parts = part_scales(here, training)
     reference_here = median_reference(here)
-    speed = reference_speed_scale(reference_here, manifest.get("reference_seconds"),
-                                  manifest.get("reference_power"))
+    scale, scale_from = applied_scale(reference_here, set_scale, manifest)
     record = {
-        "scale": set_scale if speed is None else speed,
-        "scale_from": "calibration_set" if speed is None else "reference_speed",
+        "scale": scale,
+        "scale_from": scale_from,
         "reference_seconds": {"here": reference_here, "model": manifest.get("reference_seconds")},
         "set_scale": set_scale,
         "part_scales": parts,
