@@ -37,25 +37,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from _calibration_views import VIEWS, factors, here_reference
-from tqdm import tqdm
+from _fresh_runs import CALIBRATION_AFTER, CALIBRATION_BEFORE, measure_between_calibrations, read_measured
 
 from costmodel.models import load_default
 from costmodel.training.evaluation import metrics
 from costmodel.training.evaluation.evaluate import predictions, with_keys
 from costmodel.training.fitting.fit import features_frame, model_params, select_rows
-from costmodel.training.measure.calibrate import ROUNDS, calibrate
+from costmodel.training.measure.calibrate import ROUNDS
 from costmodel.training.measure.machine import environment
-from costmodel.training.measure.runner import close_zygotes
-from costmodel.training.measure.sweep import measure_program
 from costmodel.training.store import dataset
 
 DATA = Path(__file__).resolve().parents[1] / "training" / "data" / "cpu" / "rows.parquet"
 HELDOUT = "heldout.parquet"
-MEASURED = "measured.jsonl"  # or measured.parquet, compacted
-# one round each, before and after the programs (the measure step); the committed run adds
-# a three-round `costmodel calibrate` taken 40 minutes after it
-CALIBRATIONS = ("calibration_before.json", "calibration_after.json",
-                "calibration_three_rounds.json")
+# before and after the programs (the measure step); the first committed run adds a
+# three-round `costmodel calibrate` taken 40 minutes after it
+CALIBRATIONS = (CALIBRATION_BEFORE, CALIBRATION_AFTER, "calibration_three_rounds.json")
 
 
 def training_rows() -> pd.DataFrame:
@@ -104,35 +100,13 @@ def measure(out: Path, count: int, max_seconds: float, synthetic: bool = False,
             rounds: int = ROUNDS) -> None:
     """Calibrate, measure the chosen programs (skipping those measured already), calibrate;
     each calibration of `rounds` rounds."""
-    artifact = load_default("cpu")
     rows = training_rows()
     chosen = pick_synthetic(rows, max_seconds) if synthetic else pick(rows, count, max_seconds)
     print(f"{len(chosen)} programs, {chosen['compile_seconds'].sum():.0f} s of training-machine "
           f"compiles, on {environment()['cpu_model']} x{environment()['cpu_count']}", flush=True)
-    path = out / MEASURED
-    done = set()
-    if path.exists():
-        done = {json.loads(line)["key"] for line in path.read_text().splitlines() if line.strip()}
-    if not (out / CALIBRATIONS[0]).exists():
-        calibrate(path=out / CALIBRATIONS[0], manifest=artifact.manifest, rounds=rounds)
-    todo = chosen[~chosen["key"].isin(done)]
-    try:
-        for record in tqdm(todo.to_dict("records"), desc="measure", unit="prog"):
-            row = measure_program(record["family"], json.loads(record["params"]), "cpu", "",
-                                  timeout=600.0, memory_limit=16 << 30, max_repeats=3)
-            with path.open("a") as handle:
-                handle.write(json.dumps(row, default=str) + "\n")
-    finally:
-        close_zygotes()
-    calibrate(path=out / CALIBRATIONS[1], manifest=artifact.manifest, rounds=rounds)
-
-
-def _read_measured(out: Path) -> pd.DataFrame:
-    """The rows measured here: the measure step's JSON lines, or their compacted parquet
-    (`costmodel export`, as committed in `bench/data/cross_machine_amd/`)."""
-    compacted = out / MEASURED.replace(".jsonl", ".parquet")
-    rows = dataset.load([compacted if compacted.exists() else out / MEASURED])
-    return select_rows(rows, "cpu")
+    programs = [(record["family"], json.loads(record["params"]))
+                for record in chosen.to_dict("records")]
+    measure_between_calibrations(out, programs, load_default("cpu").manifest, rounds)
 
 
 def _scores(predicted: np.ndarray, measured: np.ndarray) -> dict:
@@ -159,7 +133,7 @@ def score(out: Path, heldout_path: Path | None = None) -> dict:
     """
     artifact = load_default("cpu")
     power = artifact.predictor.reference_power
-    here = _read_measured(out)
+    here = read_measured(out)
     train = training_rows().set_index("key")
     pred = pd.read_parquet(heldout_path or out / HELDOUT)
     pred = pred[(pred["target"] == "compile_seconds") & (pred["split"] == "leave_library_out")]

@@ -341,3 +341,13 @@ def test_conv3d_convolves_rank_five_volumes():
                   {"blocks": 3, "channels": 8, "frames": 4, "grad": False}).as_text()
     assert text.count("stablehlo.convolution") == 3
     assert text.count("[b, 0, 1, 2, f]x[0, 1, 2, i, o]->[b, 0, 1, 2, f]") == 3
+
+
+@pytest.mark.parametrize("tags, library", [
+    (("real", "flax"), "flax"),            # a real-program corpus family
+    (("outside", "jax-md"), "jax-md"),     # bench/outside_programs.py: never trained on
+    (("seed",), ""), (("outside",), ""), ((), ""),
+])
+def test_a_family_names_its_library_only_after_real_or_outside(tags, library):
+    family = corpus.Family("noop", "identity", lambda: (lambda x: x, ()), grid=({},), tags=tags)
+    assert family.library == library

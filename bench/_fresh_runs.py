@@ -1,0 +1,62 @@
+"""Programs measured one at a time in fresh processes, as sweeps measure them, between two
+`costmodel calibrate` runs on this machine (before and after, to see its drift).
+
+Each row is appended the moment it is measured, so an interrupted run resumes where it
+stopped; the measured rows are read back from those JSON lines or from their compacted
+parquet (`costmodel export`), which is what gets committed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pandas as pd
+from tqdm import tqdm
+
+from costmodel.training.fitting.fit import select_rows
+from costmodel.training.measure.calibrate import calibrate
+from costmodel.training.measure.runner import close_zygotes
+from costmodel.training.measure.sweep import measure_program
+from costmodel.training.store import dataset
+
+MEASURED = "measured.jsonl"  # or measured.parquet, compacted
+CALIBRATION_BEFORE, CALIBRATION_AFTER = "calibration_before.json", "calibration_after.json"
+
+
+def measured_keys(out: Path) -> set[str]:
+    path = out / MEASURED
+    if not path.exists():
+        return set()
+    return {json.loads(line)["key"] for line in path.read_text().splitlines() if line.strip()}
+
+
+def measure_between_calibrations(out: Path, programs: Sequence[tuple[str, dict]],
+                                 manifest: Mapping, rounds: int, modules: tuple[str, ...] = (),
+                                 timeout: float = 600.0) -> None:
+    """Calibrate (unless a run already did), measure each `(family, params)` not measured
+    yet with three repeats in its own process, then calibrate again. `modules` register
+    families the corpus does not (imported by each measurement process too)."""
+    path = out / MEASURED
+    if not (out / CALIBRATION_BEFORE).exists():
+        calibrate(path=out / CALIBRATION_BEFORE, manifest=manifest, rounds=rounds)
+    done = measured_keys(out)
+    todo = [(family, params) for family, params in programs
+            if dataset.program_key(family, params, "cpu", "") not in done]
+    try:
+        for family, params in tqdm(todo, desc="measure", unit="prog"):
+            row = measure_program(family, params, "cpu", "", timeout=timeout,
+                                  memory_limit=16 << 30, max_repeats=3, modules=modules)
+            with path.open("a") as handle:
+                handle.write(json.dumps(row, default=str) + "\n")
+    finally:
+        close_zygotes()
+    calibrate(path=out / CALIBRATION_AFTER, manifest=manifest, rounds=rounds)
+
+
+def read_measured(out: Path, status_ok: bool = True) -> pd.DataFrame:
+    """The rows measured into `out`: its JSON lines, or their compacted parquet."""
+    compacted = out / MEASURED.replace(".jsonl", ".parquet")
+    rows = dataset.load([compacted if compacted.exists() else out / MEASURED])
+    return select_rows(rows, "cpu") if status_ok else rows
