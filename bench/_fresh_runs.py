@@ -38,25 +38,33 @@ def measure_between_calibrations(out: Path, programs: Sequence[tuple[str, dict]]
     """Calibrate (unless a run already did), measure each `(family, params)` not measured
     yet with three repeats in its own process, then calibrate again. `modules` register
     families the corpus does not (imported by each measurement process too)."""
-    path = out / MEASURED
     if not (out / CALIBRATION_BEFORE).exists():
         calibrate(path=out / CALIBRATION_BEFORE, manifest=manifest, rounds=rounds)
+    measure_rows(out, programs, modules=modules, timeout=timeout)
+    calibrate(path=out / CALIBRATION_AFTER, manifest=manifest, rounds=rounds)
+
+
+def measure_rows(out: Path, programs: Sequence[tuple[str, dict]], backend: str = "cpu",
+                 target: str = "", modules: tuple[str, ...] = (), timeout: float = 600.0) -> None:
+    """Measure each `(family, params)` not measured yet into `out`, for CPU or a GPU
+    target (deviceless where no GPU is present), three repeats in its own process."""
+    path = out / MEASURED
     done = measured_keys(out)
     todo = [(family, params) for family, params in programs
-            if dataset.program_key(family, params, "cpu", "") not in done]
+            if dataset.program_key(family, params, backend, target) not in done]
     try:
         for family, params in tqdm(todo, desc="measure", unit="prog"):
-            row = measure_program(family, params, "cpu", "", timeout=timeout,
+            row = measure_program(family, params, backend, target, timeout=timeout,
                                   memory_limit=16 << 30, max_repeats=3, modules=modules)
             with path.open("a") as handle:
                 handle.write(json.dumps(row, default=str) + "\n")
     finally:
         close_zygotes()
-    calibrate(path=out / CALIBRATION_AFTER, manifest=manifest, rounds=rounds)
 
 
-def read_measured(out: Path, status_ok: bool = True) -> pd.DataFrame:
-    """The rows measured into `out`: its JSON lines, or their compacted parquet."""
+def read_measured(out: Path, backend: str = "cpu", target: str = "") -> pd.DataFrame:
+    """The ok rows measured into `out` for (backend, target): its JSON lines, or their
+    compacted parquet."""
     compacted = out / MEASURED.replace(".jsonl", ".parquet")
     rows = dataset.load([compacted if compacted.exists() else out / MEASURED])
-    return select_rows(rows, "cpu") if status_ok else rows
+    return select_rows(rows, backend, target)

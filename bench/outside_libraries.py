@@ -17,8 +17,12 @@ Two steps, so the timing step runs alone on the machine:
 
 `score` reports compile seconds uncalibrated and calibrated (the factor `costmodel
 calibrate` wrote before the programs), peak host memory, and the op-count power laws fitted
-leave-one-out on these programs themselves (a baseline that has seen the suite). Needs the
-outside extra (`pip install -e ".[outside]"`, versions pinned there).
+leave-one-out on these programs themselves (a baseline that has seen the suite). With
+`--target h100` both steps are for the deviceless H100 model instead: no `costmodel
+calibrate` (it times CPU compiles), and predictions are scaled by the reference compile
+timed beside each program (the run's median over the model's, to its reference power), as
+the other benches scale them. Needs the outside extra (`pip install -e ".[outside]"`,
+versions pinned there).
 """
 
 from __future__ import annotations
@@ -28,11 +32,12 @@ import json
 from pathlib import Path
 
 import numpy as np
-from _fresh_runs import CALIBRATION_BEFORE, measure_between_calibrations, read_measured
+from _fresh_runs import CALIBRATION_BEFORE, measure_between_calibrations, measure_rows, read_measured
 
 from costmodel.models import load_default
 from costmodel.models.predictor import LOG_OFFSETS
 from costmodel.training.evaluation import metrics
+from costmodel.training.evaluation.outside import speed_scale
 from costmodel.training.fitting.fit import features_frame
 from costmodel.training.measure.calibrate import ROUNDS
 from costmodel.training.measure.user_modules import import_module_or_file
@@ -40,13 +45,26 @@ from costmodel.training.measure.user_modules import import_module_or_file
 PROGRAMS_FILE = Path(__file__).with_name("outside_programs.py")
 
 
-def measure(out: Path, rounds: int, only: list[str] | None = None) -> None:
+def measure(out: Path, rounds: int, only: list[str] | None = None, target: str = "") -> None:
     module = import_module_or_file(str(PROGRAMS_FILE))
     programs = [(family.name, params) for family in module.OUTSIDE_FAMILIES
                 for params in family.grid if not only or family.name in only]
     print(f"{len(programs)} programs from {len(module.OUTSIDE_FAMILIES)} families", flush=True)
-    measure_between_calibrations(out, programs, load_default("cpu").manifest, rounds,
-                                 modules=(str(PROGRAMS_FILE),))
+    modules = (str(PROGRAMS_FILE),)
+    if target:
+        measure_rows(out, programs, "gpu", target, modules=modules)
+    else:
+        measure_between_calibrations(out, programs, load_default("cpu").manifest, rounds,
+                                     modules=modules)
+
+
+def calibration(out: Path, artifact, rows, target: str) -> tuple[float, str]:
+    """The factor predictions are scaled by, and where it comes from."""
+    if target:
+        reference = float(np.median(rows["ref_seconds"]))
+        return speed_scale(artifact, reference), f"the rows' median reference, {reference:.3f} s"
+    record = json.loads((out / CALIBRATION_BEFORE).read_text())
+    return float(record["scale"]), f"costmodel calibrate ({record.get('scale_from')})"
 
 
 def fold(predicted: np.ndarray, measured: np.ndarray, offset: float = 0.0) -> np.ndarray:
@@ -80,11 +98,11 @@ def power_law_leave_one_out(ops: np.ndarray, measured: np.ndarray, offset: float
     return np.exp(predicted) - offset
 
 
-def score(out: Path) -> dict:
-    artifact = load_default("cpu")
-    rows = read_measured(out).sort_values("compile_seconds").reset_index(drop=True)
-    record = json.loads((out / CALIBRATION_BEFORE).read_text())
-    scale = float(record["scale"])
+def score(out: Path, target: str = "") -> dict:
+    backend = "gpu" if target else "cpu"
+    artifact = load_default(backend, target)
+    rows = read_measured(out, backend, target).sort_values("compile_seconds").reset_index(drop=True)
+    scale, scale_from = calibration(out, artifact, rows, target)
     predicted = artifact.predict(features_frame(rows).to_dict("records"))
     seconds = rows["compile_seconds"].to_numpy(float)
     rss = rows["peak_rss_bytes"].to_numpy(float)
@@ -102,7 +120,8 @@ def score(out: Path) -> dict:
         "libraries": sorted(set(libraries)),
         "machine": {"cpu_model": str(rows["cpu_model"].iloc[0]),
                     "cpu_count": int(rows["cpu_count"].iloc[0])},
-        "calibration_scale": scale, "calibration_from": record.get("scale_from"),
+        "backend": backend, "target": target,
+        "calibration_scale": scale, "calibration_from": scale_from,
         "compile_seconds": {
             "calibrated": scores(time_pred["point"], seconds, time_pred["lo"], time_pred["hi"]),
             "uncalibrated": scores(predicted["compile_seconds"]["point"], seconds),
@@ -163,13 +182,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="working folder")
     parser.add_argument("--calibration-rounds", type=int, default=ROUNDS)
     parser.add_argument("--only", nargs="*", default=None, help="measure: these families")
+    parser.add_argument("--target", default="", help="a GPU target (h100) instead of CPU")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.step == "measure":
-        measure(args.out, args.calibration_rounds, args.only)
+        measure(args.out, args.calibration_rounds, args.only, args.target)
     else:
-        report = score(args.out)
+        report = score(args.out, args.target)
         _print(report)
         if args.json:
             args.json.write_text(json.dumps(report, indent=2, default=str))

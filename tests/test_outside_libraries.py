@@ -1,6 +1,6 @@
-"""bench/outside_libraries.py on its committed run: 40 programs from 11 libraries no corpus
-family or other bench uses, measured on an AMD EPYC in fresh processes after `costmodel
-calibrate`, scored by the shipped CPU model."""
+"""bench/outside_libraries.py on its committed runs: 40 programs from 11 libraries no corpus
+family or other bench uses, measured on an AMD EPYC in fresh processes, for CPU after
+`costmodel calibrate` and deviceless for the H100, scored by the shipped models."""
 
 import json
 from pathlib import Path
@@ -11,13 +11,28 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "bench/data/outside_libraries"
 RESULT = ROOT / "bench/results/outside_libraries.json"
+# target -> (run, result)
+RUNS = {"": (RUN, RESULT),
+        "h100": (ROOT / "bench/data/outside_libraries_h100",
+                 ROOT / "bench/results/outside_libraries_h100.json")}
 
 
 @pytest.fixture(scope="module")
-def report():
+def bench():
     from conftest import bench_module
 
-    return bench_module("outside_libraries").score(RUN)
+    return bench_module("outside_libraries")
+
+
+@pytest.fixture(scope="module")
+def report(bench):
+    return bench.score(RUN)
+
+
+@pytest.fixture(scope="module", params=sorted(RUNS))
+def each_report(request, bench):
+    run, result = RUNS[request.param]
+    return bench.score(run, request.param), json.loads(result.read_text())
 
 
 def test_the_run_holds_forty_programs_of_eleven_libraries_none_in_training(report):
@@ -44,8 +59,7 @@ def test_scores_follow_from_the_rows(report):
         pytest.approx(np.median(np.maximum(baseline / measured, measured / baseline)))
 
 
-def test_the_power_law_is_fitted_without_the_program_it_predicts(report):
-    bench = __import__("conftest").bench_module("outside_libraries")
+def test_the_power_law_is_fitted_without_the_program_it_predicts(bench):
     ops = np.array([10.0, 100.0, 1000.0, 10000.0])
     measured = 1e-3 * ops  # exactly linear: leave-one-out recovers each point
     assert bench.power_law_leave_one_out(ops, measured) == pytest.approx(measured)
@@ -53,8 +67,9 @@ def test_the_power_law_is_fitted_without_the_program_it_predicts(report):
     assert bench.power_law_leave_one_out(ops, measured)[-1] == pytest.approx(10.0, rel=1e-6)
 
 
-def test_the_committed_result_is_what_the_committed_run_scores(report):
-    stored = json.loads(RESULT.read_text())
+def test_each_committed_result_is_what_its_committed_run_scores(each_report):
+    report, stored = each_report
+    assert (report["backend"], report["target"]) == (stored["backend"], stored["target"])
     if stored["model"] != report["model"]:
         pytest.skip("the shipped model changed since the result was written; re-run score")
     for target in ("compile_seconds", "peak_rss_bytes"):
@@ -74,3 +89,20 @@ def test_the_shipped_model_on_libraries_it_never_saw(report):
     assert time["calibrated"]["coverage_90"] == pytest.approx(0.70, abs=0.005)
     assert time["calibrated"]["max_fold"] == pytest.approx(5.10, abs=0.01)
     assert report["peak_rss_bytes"]["model"]["median_fold"] == pytest.approx(1.30, abs=0.005)
+
+
+def test_the_h100_model_on_libraries_it_never_saw(bench):
+    """The deviceless H100 run's figures (model gpu-h100-301d6d76-657a6f): well under the
+    power law in median, but the Python-unrolled PPO update compiles 15x longer than
+    predicted (229 s deviceless, against 21 s for the CPU)."""
+    report = bench.score(RUNS["h100"][0], "h100")
+    if report["model"] != "gpu-h100-301d6d76-657a6f":
+        pytest.skip("figures of the model the run was scored with")
+    assert report["programs"] == 40 and report["machine"]["cpu_model"] == "AMD EPYC"
+    time = report["compile_seconds"]
+    assert time["calibrated"]["median_fold"] == pytest.approx(1.26, abs=0.005)
+    assert time["power_law_leave_one_out"]["median_fold"] == pytest.approx(1.44, abs=0.005)
+    assert time["calibrated"]["coverage_90"] == pytest.approx(0.85, abs=0.005)
+    worst = max(report["rows"], key=lambda row: row["fold"])
+    assert worst["family"] == "outside_gymnax_ppo_update" and worst["measured_s"] > 200
+    assert worst["predicted_s"] < 20
