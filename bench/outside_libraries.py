@@ -32,8 +32,10 @@ import json
 from pathlib import Path
 
 import numpy as np
+from _calibration_views import here_reference
 from _fresh_runs import CALIBRATION_BEFORE, measure_between_calibrations, measure_rows, read_measured
 
+from costmodel.features import SCHEMA_VERSION
 from costmodel.models import load_default
 from costmodel.models.predictor import LOG_OFFSETS
 from costmodel.training.evaluation import metrics
@@ -58,13 +60,14 @@ def measure(out: Path, rounds: int, only: list[str] | None = None, target: str =
                                      modules=modules)
 
 
-def calibration(out: Path, artifact, rows, target: str) -> tuple[float, str]:
-    """The factor predictions are scaled by, and where it comes from."""
+def reference_here(out: Path, rows, target: str) -> tuple[float, str]:
+    """The reference program's seconds on the machine of the run, and where they come
+    from: the reference timings of `costmodel calibrate` before the programs (CPU), or
+    those beside the programs (the H100)."""
     if target:
-        reference = float(np.median(rows["ref_seconds"]))
-        return speed_scale(artifact, reference), f"the rows' median reference, {reference:.3f} s"
+        return float(np.median(rows["ref_seconds"])), "the reference beside each program"
     record = json.loads((out / CALIBRATION_BEFORE).read_text())
-    return float(record["scale"]), f"costmodel calibrate ({record.get('scale_from')})"
+    return here_reference(record), "costmodel calibrate before the programs"
 
 
 def fold(predicted: np.ndarray, measured: np.ndarray, offset: float = 0.0) -> np.ndarray:
@@ -102,7 +105,8 @@ def score(out: Path, target: str = "") -> dict:
     backend = "gpu" if target else "cpu"
     artifact = load_default(backend, target)
     rows = read_measured(out, backend, target).sort_values("compile_seconds").reset_index(drop=True)
-    scale, scale_from = calibration(out, artifact, rows, target)
+    reference, scale_from = reference_here(out, rows, target)
+    scale = speed_scale(artifact, reference)  # what `costmodel calibrate` applies
     predicted = artifact.predict(features_frame(rows).to_dict("records"))
     seconds = rows["compile_seconds"].to_numpy(float)
     rss = rows["peak_rss_bytes"].to_numpy(float)
@@ -120,8 +124,8 @@ def score(out: Path, target: str = "") -> dict:
         "libraries": sorted(set(libraries)),
         "machine": {"cpu_model": str(rows["cpu_model"].iloc[0]),
                     "cpu_count": int(rows["cpu_count"].iloc[0])},
-        "backend": backend, "target": target,
-        "calibration_scale": scale, "calibration_from": scale_from,
+        "backend": backend, "target": target, "schema_version": SCHEMA_VERSION,
+        "reference_s": reference, "calibration_scale": scale, "calibration_from": scale_from,
         "compile_seconds": {
             "calibrated": scores(time_pred["point"], seconds, time_pred["lo"], time_pred["hi"]),
             "uncalibrated": scores(predicted["compile_seconds"]["point"], seconds),
@@ -146,6 +150,18 @@ def score(out: Path, target: str = "") -> dict:
                      rows["family"], rows["params"], libraries, ops, seconds,
                      time_pred["point"], time_pred["lo"], time_pred["hi"], time_folds,
                      time_baseline, rss, rss_pred["point"])],
+        # as the other benches store them (`training.evaluation.outside`), so model cards
+        # and tests score any model of this schema on these programs without compiling
+        # (predictions unscaled there, as theirs)
+        "results": [{"program": f"{f} {p}", "model_inputs": inputs, "measured_s": float(s),
+                     "predicted_s": float(pt), "interval_s": [float(lo), float(hi)],
+                     "fold_scaled": float(fo),
+                     "inside_interval_scaled": bool(lo * scale <= s <= hi * scale)}
+                    for f, p, inputs, s, pt, lo, hi, fo in zip(
+                        rows["family"], rows["params"], features_frame(rows).to_dict("records"),
+                        seconds, *(predicted["compile_seconds"][k] for k in ("point", "lo", "hi")),
+                        time_folds)],
+        "skipped": {},
     }
 
 

@@ -639,12 +639,31 @@ def _graph_args(nodes, edges, feat, graphs=1, edge_feat=None):
 # ----------------------------------------------------------------------------------------------
 
 
+def _node_classifier_step(net, init, opt, nodes: int, feat: int):
+    """A masked node-classification train step of `net` (params, graph -> logits) with the
+    optax optimizer `opt`, on a graph of `nodes` nodes and 8 edges per node."""
+    import optax
+
+    def loss_fn(params, graph, labels, mask):
+        logits = net(params, graph)
+        ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+        return jnp.sum(ce * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+
+    def step(params, opt_state, graph, labels, mask):
+        loss, grads = jax.value_and_grad(loss_fn)(params, graph, labels, mask)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    params = jax.eval_shape(init, jax.random.PRNGKey(0))
+    opt_state = jax.eval_shape(opt.init, params)
+    return step, (params, opt_state, _graph_args(nodes, nodes * 8, feat), i32(nodes), f32(nodes))
+
+
 def jraph_gcn_step(layers: int, nodes: int, hidden: int = 64, feat: int = 32, classes: int = 8):
     """Semi-supervised GCN node-classification train step (jraph.GraphConvolution + optax adam)."""
     import jraph
     import optax
 
-    edges = nodes * 8
     opt = optax.adam(1e-2)
 
     def init(key):
@@ -663,20 +682,7 @@ def jraph_gcn_step(layers: int, nodes: int, hidden: int = 64, feat: int = 32, cl
                 graph = graph._replace(nodes=jax.nn.relu(graph.nodes))
         return graph.nodes
 
-    def loss_fn(params, graph, labels, mask):
-        logits = net(params, graph)
-        ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-        return jnp.sum(ce * mask) / jnp.maximum(jnp.sum(mask), 1.0)
-
-    def step(params, opt_state, graph, labels, mask):
-        loss, grads = jax.value_and_grad(loss_fn)(params, graph, labels, mask)
-        updates, opt_state = opt.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-
-    params = jax.eval_shape(init, jax.random.PRNGKey(0))
-    opt_state = jax.eval_shape(opt.init, params)
-    graph = _graph_args(nodes, edges, feat)
-    return step, (params, opt_state, graph, i32(nodes), f32(nodes))
+    return _node_classifier_step(net, init, opt, nodes, feat)
 
 
 def jraph_gcn_forward(nodes: int, feat: int = 64, classes: int = 8):
@@ -700,7 +706,6 @@ def jraph_gat_step(
     import jraph
     import optax
 
-    edges = nodes * 8
     opt = optax.adamw(3e-3, weight_decay=5e-4)
 
     def init(key):
@@ -736,20 +741,7 @@ def jraph_gat_step(
             graph = jraph.GAT(query, logit, update)(graph)
         return graph.nodes
 
-    def loss_fn(params, graph, labels, mask):
-        logits = net(params, graph)
-        ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-        return jnp.sum(ce * mask) / jnp.maximum(jnp.sum(mask), 1.0)
-
-    def step(params, opt_state, graph, labels, mask):
-        loss, grads = jax.value_and_grad(loss_fn)(params, graph, labels, mask)
-        updates, opt_state = opt.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-
-    params = jax.eval_shape(init, jax.random.PRNGKey(0))
-    opt_state = jax.eval_shape(opt.init, params)
-    graph = _graph_args(nodes, edges, feat)
-    return step, (params, opt_state, graph, i32(nodes), f32(nodes))
+    return _node_classifier_step(net, init, opt, nodes, feat)
 
 
 def jraph_mpnn_step(layers: int, graphs: int = 16, nodes_per_graph: int = 24, hidden: int = 64):

@@ -1,8 +1,9 @@
 """The shipped models on programs in no corpus family (stored bench measurements).
 
-`bench/unseen_programs.py` and `bench/library_programs.py` keep each program's model
-inputs next to its measured compile seconds, so a retrained default model is scored here
-on the same programs without compiling them (or installing the libraries).
+`bench/unseen_programs.py`, `bench/library_programs.py` and `bench/outside_libraries.py`
+keep each program's model inputs next to its measured compile seconds, so a retrained
+default model is scored here on the same programs without compiling them (or installing
+the libraries).
 """
 
 from pathlib import Path
@@ -15,7 +16,8 @@ from costmodel.training.evaluation import outside
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
 BENCHES = {"unseen_programs": ("cpu", ""), "library_programs": ("cpu", ""),
-           "unseen_programs_h100": ("gpu", "h100"), "library_programs_h100": ("gpu", "h100")}
+           "unseen_programs_h100": ("gpu", "h100"), "library_programs_h100": ("gpu", "h100"),
+           "outside_libraries": ("cpu", ""), "outside_libraries_h100": ("gpu", "h100")}
 
 
 @pytest.mark.parametrize("bench", BENCHES)
@@ -25,8 +27,8 @@ def test_default_model_predicts_programs_outside_the_corpus(bench):
     artifact = load_default(backend, target)
     scores = outside.score(artifact, data)
     assert scores["n"] >= 17
-    # the shipped models scored 1.24-1.44 median and at most one program past 2.5x
-    assert scores["median_fold"] <= 1.5
+    # the shipped models scored 1.12-1.28 median and at most 3 of 40 programs past 2.5x
+    assert scores["median_fold"] <= 1.3
     assert np.mean(scores["folds"] <= 2.5) >= 0.9
     if artifact.version == data["model"]:  # the stored inputs give the stored predictions
         stored = [row["fold_scaled"] for row in data["results"]]

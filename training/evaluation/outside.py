@@ -1,7 +1,8 @@
 """Scores on programs outside the corpus, from the stored results of the benches.
 
-`bench/unseen_programs.py` and `bench/library_programs.py` time programs that no corpus
-family builds and keep each one's model inputs next to its measured seconds. Any model
+`bench/unseen_programs.py`, `bench/library_programs.py` and `bench/outside_libraries.py`
+time programs that no corpus family builds and keep each one's model inputs next to its
+measured seconds. Any model
 for the same backend, target and feature schema can be scored on them again without
 compiling: tests do so for the shipped models, and model cards report it. The results
 folder is always named by the caller (`bench/results` in a source checkout; an installed
@@ -83,8 +84,10 @@ def card_section(artifact, folder: Path, backend: str, target: str = "") -> list
     lines = ["## Programs outside the corpus", "",
              "Programs no corpus family builds, timed by the benches (`bench/`; the library "
              "programs call Haiku, Flax, Optax, Diffrax, Equinox, Optimistix, NumPyro and "
-             "BlackJAX), scored from their stored model inputs; predictions are scaled by "
-             "the bench run's reference time as `costmodel calibrate` scales them.", "",
+             "BlackJAX; the outside-libraries programs call eleven libraries no training row "
+             "uses, jraph to mctx, each measured in a fresh process as sweeps measure), "
+             "scored from their stored model inputs; predictions are scaled by the bench "
+             "run's reference time as `costmodel calibrate` scales them.", "",
              "| bench | programs | median fold | max fold | within 2x | Spearman "
              "| 90% coverage |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, data in results.items():
