@@ -70,19 +70,15 @@ def reference_here(out: Path, rows, target: str) -> tuple[float, str]:
     return here_reference(record), "costmodel calibrate before the programs"
 
 
-def fold(predicted: np.ndarray, measured: np.ndarray, offset: float = 0.0) -> np.ndarray:
-    return metrics.fold_errors(predicted + offset, measured + offset)
-
-
 def scores(predicted: np.ndarray, measured: np.ndarray, lo: np.ndarray | None = None,
            hi: np.ndarray | None = None, offset: float = 0.0) -> dict:
     """The judge's figures for one target; memory folds on bytes + the model's offset."""
-    folds = fold(predicted, measured, offset)
-    out = {"median_fold": float(np.median(folds)), "p90_fold": float(np.quantile(folds, 0.9)),
-           "within_2x": float(np.mean(folds <= 2.0)), "max_fold": float(folds.max()),
+    pred, actual = predicted + offset, measured + offset
+    out = {"median_fold": metrics.median_fold(pred, actual),
+           "p90_fold": metrics.p90_fold(pred, actual), "within_2x": metrics.within(pred, actual),
+           "max_fold": float(metrics.fold_errors(pred, actual).max()),
            "spearman": metrics.spearman(predicted, measured),
-           "measured_over_predicted": float(np.median((measured + offset)
-                                                      / (predicted + offset)))}
+           "measured_over_predicted": float(np.median(actual / pred))}
     if lo is not None:
         out["coverage_90"] = metrics.coverage(lo, hi, measured)
     return out
@@ -107,7 +103,8 @@ def score(out: Path, target: str = "") -> dict:
     rows = read_measured(out, backend, target).sort_values("compile_seconds").reset_index(drop=True)
     reference, scale_from = reference_here(out, rows, target)
     scale = speed_scale(artifact, reference)  # what `costmodel calibrate` applies
-    predicted = artifact.predict(features_frame(rows).to_dict("records"))
+    inputs = features_frame(rows).to_dict("records")
+    predicted = artifact.predict(inputs)
     seconds = rows["compile_seconds"].to_numpy(float)
     rss = rows["peak_rss_bytes"].to_numpy(float)
     ops = rows["f_hlo_ops"].to_numpy(float)
@@ -117,7 +114,7 @@ def score(out: Path, target: str = "") -> dict:
     time_baseline = power_law_leave_one_out(ops, seconds)
     rss_baseline = power_law_leave_one_out(ops, rss, rss_offset)
     libraries = rows["library"].to_numpy()
-    time_folds = fold(time_pred["point"], seconds)
+    time_folds = metrics.fold_errors(time_pred["point"], seconds)
     over_1s = seconds >= 1
     return {
         "model": artifact.version, "programs": len(rows),
@@ -158,7 +155,7 @@ def score(out: Path, target: str = "") -> dict:
                      "fold_scaled": float(fo),
                      "inside_interval_scaled": bool(lo * scale <= s <= hi * scale)}
                     for f, p, inputs, s, pt, lo, hi, fo in zip(
-                        rows["family"], rows["params"], features_frame(rows).to_dict("records"),
+                        rows["family"], rows["params"], inputs,
                         seconds, *(predicted["compile_seconds"][k] for k in ("point", "lo", "hi")),
                         time_folds)],
         "skipped": {},
