@@ -12,6 +12,7 @@ from costmodel.models import Artifact, default_path
 
 from .evaluation import plots
 from .evaluation.evaluate import evaluate, run_evaluation, with_keys
+from .evaluation.interval_widening import fit_widening, widen, widened_coverage
 from .evaluation.model_card import write_card
 from .fitting.fit import select_rows, train
 from .fitting.publish import save
@@ -39,8 +40,9 @@ def build_default(data_paths: Sequence[str | Path], backend: str = "cpu", target
     """Train on the named data, evaluate, and write the shipped model with plots and card.
 
     Writes to `costmodel.models.default_path(backend, target)` unless `out` is given;
-    `jobs` processes fit the evaluation's folds; the card scores the model on the benches'
-    stored out-of-corpus programs in `outside_results`; `predictions_out` (a parquet file)
+    `jobs` processes fit the evaluation's folds; the benches' stored out-of-corpus programs
+    in `outside_results` widen the intervals (`interval_widening`) and the card scores the
+    model on them; `predictions_out` (a parquet file)
     keeps the evaluation's held-out predictions, each with its row's `key`
     (`bench/cross_machine.py` scores them against another machine's measurements).
 
@@ -54,9 +56,17 @@ def build_default(data_paths: Sequence[str | Path], backend: str = "cpu", target
     if predictions_out is not None:
         with_keys(result.predictions, rows).to_parquet(predictions_out)
     estimator = train(rows, backend, target)
+    name, report = f"costmodel-{out.name}", result.report
     artifact = save(estimator, out, backend=backend, target=target, data=rows,
-                    metrics=result.report, name=f"costmodel-{out.name}")
+                    metrics=report, name=name)
+    widening = None if outside_results is None else fit_widening(artifact, outside_results)
+    if widening is not None:
+        widening["leave_library_out_coverage"] = widened_coverage(
+            result.predictions, "leave_library_out", widening["factor"])
+        report = {**report, "interval_widening": widening}
+        artifact = save(widen(artifact.predictor, widening["factor"]), out, backend=backend,
+                        target=target, data=rows, metrics=report, name=name)
     figures = plots.write_all(result.predictions, rows, estimator, out)
-    write_card(out / "MODEL_CARD.md", artifact.manifest, result.report, rows, figures,
-               artifact, outside_results)
+    write_card(out / "MODEL_CARD.md", artifact.manifest, report, rows, figures, artifact,
+               outside_results)
     return artifact
