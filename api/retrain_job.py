@@ -30,6 +30,7 @@ import pandas as pd
 
 from costmodel.features import Placement
 from costmodel.models import load
+from costmodel.training.evaluation.interval_widening import with_shipped_widening
 from costmodel.training.evaluation.promotion import compare, holdout_split, suspect_rows
 from costmodel.training.fitting.fit import select_rows, train
 from costmodel.training.fitting.publish import save
@@ -108,8 +109,9 @@ def _save_candidate(estimator, train_rows: pd.DataFrame, out: Path, key: tuple[s
     backend, target = key
     partial = out.with_name(PARTIAL + out.name)
     try:
-        save(estimator, partial, backend=backend, target=target, data=train_rows,
-             metrics={"promotion": verdict.to_dict()}, name=name)
+        predictor, widening = with_shipped_widening(estimator, backend, target)
+        save(predictor, partial, backend=backend, target=target, data=train_rows,
+             metrics={"promotion": verdict.to_dict(), "interval_widening": widening}, name=name)
         (partial / TRAINING_ROWS_FILE).write_text(json.dumps(
             {"row_ids": train_rows["row_id"].astype(str).tolist()}))
         os.replace(partial, out)

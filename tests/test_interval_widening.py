@@ -82,3 +82,41 @@ def test_a_bench_row_is_held_out_with_its_library_or_its_programs_first_word():
     assert widening.bench_library({"program": "outside_jraph_gcn {}", "library": "jraph"}) \
         == "jraph"
     assert widening.bench_library({"program": "haiku resnet18 train step"}) == "haiku"
+
+
+def test_the_shipped_models_record_the_widening_their_benches_fitted():
+    cpu = load_default("cpu").manifest["metrics"]["interval_widening"]
+    assert cpu["factor"] == pytest.approx(1.416, abs=0.001)
+    assert cpu["coverage_before"]["outside_libraries"] == pytest.approx(0.70)
+    assert cpu["coverage_after"]["outside_libraries"] == pytest.approx(0.85)
+    assert cpu["coverage_library_held_out"]["all"] == pytest.approx(0.873, abs=0.001)
+    assert cpu["leave_library_out_coverage"] == pytest.approx(0.991, abs=0.001)
+    h100 = load_default("gpu", "h100").manifest["metrics"]["interval_widening"]
+    assert h100["factor"] == 1.0 and h100["coverage_before"]["outside_libraries_h100"] == 0.85
+
+
+def test_the_shipped_cpu_interval_is_its_fitted_band_widened():
+    """What the benches fitted is what predictions carry: the stored benches' programs
+    fall inside as the manifest says."""
+    from costmodel.training.evaluation.outside import score, stored_results
+
+    model = load_default("cpu")
+    recorded = model.manifest["metrics"]["interval_widening"]["coverage_after"]
+    for name, data in stored_results(ROOT / "bench/results", "cpu").items():
+        assert score(model, data)["coverage"] == pytest.approx(recorded[name]), name
+
+
+def test_a_retrained_model_takes_the_shipped_models_widening():
+    class Fitted:
+        predictor = load_default("gpu", "h100").predictor
+
+    widened, record = widening.with_shipped_widening(Fitted, "cpu")
+    assert record == {"factor": pytest.approx(1.416, abs=0.001),
+                      "from": load_default("cpu").version}
+    inputs = json.loads((ROOT / "bench/results/outside_libraries_h100.json").read_text()
+                        )["results"][0]["model_inputs"]
+    before = Fitted.predictor.predict([inputs])["compile_seconds"]
+    after = widened.predict([inputs])["compile_seconds"]
+    assert after["hi"] / after["point"] == pytest.approx(
+        (before["hi"] / before["point"]) ** record["factor"])
+    assert widening.shipped_widening("tpu") == {"factor": 1.0, "from": None}

@@ -8,11 +8,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from costmodel.models import Artifact, default_path
+from costmodel.features import Placement
+from costmodel.models import Artifact, default_path, load
 
 from .evaluation import plots
 from .evaluation.evaluate import evaluate, run_evaluation, with_keys
-from .evaluation.interval_widening import fit_widening, widen, widened_coverage
+from .evaluation.interval_widening import (
+    fit_widening,
+    widen,
+    widened_coverage,
+    with_shipped_widening,
+)
 from .evaluation.model_card import write_card
 from .fitting.fit import select_rows, train
 from .fitting.publish import save
@@ -21,7 +27,8 @@ from .store import dataset
 
 def retrain(data: pd.DataFrame, backend: str, target: str, out: Path, name: str,
             params: dict | None = None) -> Artifact:
-    """Fit, evaluate (leave-one-family-out) and save an artifact at `out`, in minutes.
+    """Fit, evaluate (leave-one-family-out) and save an artifact at `out`, in minutes; its
+    intervals widened as the shipped model's were (`with_shipped_widening`).
 
     `params` override `CompileCostModel` arguments (e.g. `max_iter`) for both.
     """
@@ -29,8 +36,9 @@ def retrain(data: pd.DataFrame, backend: str, target: str, out: Path, name: str,
     estimator = train(rows, backend, target, **(params or {}))
     metrics = evaluate(rows, backend, target, splits=("leave_family_out",),
                        models=("costmodel",), params=params)
-    return save(estimator, out, backend=backend, target=target, data=rows, metrics=metrics,
-                name=name)
+    predictor, widening = with_shipped_widening(estimator, backend, target)
+    return save(predictor, out, backend=backend, target=target, data=rows,
+                metrics={**metrics, "interval_widening": widening}, name=name)
 
 
 def build_default(data_paths: Sequence[str | Path], backend: str = "cpu", target: str = "",
@@ -56,17 +64,56 @@ def build_default(data_paths: Sequence[str | Path], backend: str = "cpu", target
     if predictions_out is not None:
         with_keys(result.predictions, rows).to_parquet(predictions_out)
     estimator = train(rows, backend, target)
-    name, report = f"costmodel-{out.name}", result.report
+    name = f"costmodel-{out.name}"
     artifact = save(estimator, out, backend=backend, target=target, data=rows,
-                    metrics=report, name=name)
-    widening = None if outside_results is None else fit_widening(artifact, outside_results)
-    if widening is not None:
-        widening["leave_library_out_coverage"] = widened_coverage(
-            result.predictions, "leave_library_out", widening["factor"])
-        report = {**report, "interval_widening": widening}
-        artifact = save(widen(artifact.predictor, widening["factor"]), out, backend=backend,
-                        target=target, data=rows, metrics=report, name=name)
+                    metrics=result.report, name=name)
+    artifact, report = _widened(artifact, rows, result.report, outside_results,
+                                result.predictions)
     figures = plots.write_all(result.predictions, rows, estimator, out)
     write_card(out / "MODEL_CARD.md", artifact.manifest, report, rows, figures, artifact,
                outside_results)
     return artifact
+
+
+def refresh_widening(path: Path, data_paths: Sequence[str | Path], outside_results: Path,
+                     predictions: Path | None = None) -> Artifact:
+    """Refit the interval widening of the model saved at `path` (trained on `data_paths`)
+    from the bench runs stored in `outside_results`, and rewrite its card, without
+    retraining: after a bench run adds programs, the predictor stays as it was but for its
+    compile-time interval. The card's plots are the ones already in `path`; `predictions`
+    (`build_default`'s `predictions_out` of this model) add how the widened intervals cover
+    the corpus's libraries held out."""
+    artifact = load(path)
+    report = dict(artifact.manifest["metrics"])
+    previous = report.pop("interval_widening", None) or {}
+    backend, target = artifact.backend, artifact.target
+    rows = select_rows(dataset.load(list(data_paths)), backend, target)
+    unwidened = widen(artifact.predictor, 1.0 / previous.get("factor", 1.0))
+    artifact = save(unwidened, path, backend=backend, target=target, data=rows,
+                    metrics=report, name=artifact.manifest["name"])
+    artifact, report = _widened(artifact, rows, report, outside_results,
+                                None if predictions is None else pd.read_parquet(predictions))
+    figures = plots.figure_paths(path, Placement(backend, target).label)
+    write_card(Path(path) / "MODEL_CARD.md", artifact.manifest, report, rows, figures,
+               artifact, outside_results)
+    return artifact
+
+
+def _widened(artifact: Artifact, rows: pd.DataFrame, report: dict,
+             outside_results: Path | None, predictions: pd.DataFrame | None
+             ) -> tuple[Artifact, dict]:
+    """`artifact` saved again with its intervals widened by the benches' stored runs
+    (`interval_widening.fit_widening`), and the report with the widening in it; as it was
+    without stored runs. `predictions` (the evaluation's) tell how the widened intervals
+    cover the corpus's libraries held out."""
+    widening = None if outside_results is None else fit_widening(artifact, outside_results)
+    if widening is None:
+        return artifact, report
+    if predictions is not None:
+        widening["leave_library_out_coverage"] = widened_coverage(
+            predictions, "leave_library_out", widening["factor"])
+    report = {**report, "interval_widening": widening}
+    artifact = save(widen(artifact.predictor, widening["factor"]), artifact.path,
+                    backend=artifact.backend, target=artifact.target, data=rows,
+                    metrics=report, name=artifact.manifest["name"])
+    return artifact, report

@@ -135,3 +135,23 @@ def fit_widening(artifact, folder: Path, coverage: float = 0.9) -> dict | None:
             "coverage_before": {b: float((r <= 1).mean()) for b, r in by_bench},
             "coverage_after": {b: float((r <= factor).mean()) for b, r in by_bench},
             "coverage_library_held_out": held_out_coverage(ratios, coverage)}
+
+
+def shipped_widening(backend: str, target: str = "") -> dict:
+    """The widening the shipped model for (backend, target) was given: `{"factor",
+    "from"}` (its version), factor 1 without one. A model retrained from sweep data has no
+    benches to fit its own (an installed package ships none) and takes this one."""
+    from costmodel.models import load_default
+
+    try:
+        shipped = load_default(backend, target)
+    except Exception:  # noqa: BLE001 - no shipped model for this target: nothing to carry
+        return {"factor": 1.0, "from": None}
+    fitted = (shipped.manifest.get("metrics") or {}).get("interval_widening") or {}
+    return {"factor": float(fitted.get("factor", 1.0)), "from": shipped.version}
+
+
+def with_shipped_widening(estimator, backend: str, target: str = "") -> tuple[Predictor, dict]:
+    """`estimator`'s predictor widened as the shipped model's was, and the record of it."""
+    carried = shipped_widening(backend, target)
+    return widen(estimator.predictor, carried["factor"]), carried

@@ -52,19 +52,24 @@ def widening_section(widening: dict | None) -> list[str]:
     def shares(key: str) -> str:
         return ", ".join(f"{b} {widening[key][b]:.0%}" for b in benches)
 
+    factor = widening["factor"]
+    rule = (f"the smallest factor (at least 1) that puts {widening['coverage']:.0%} of the "
+            f"stored bench programs ({widening['programs']} timings of "
+            f"{widening['libraries']} libraries, each library weighing the same) inside "
+            f"(`training/evaluation/interval_widening.py`)")
+    opening = (f"The held-out-library residuals above understate how far programs of other "
+               f"libraries stray, so the compile-time interval's log offsets were multiplied "
+               f"by {factor:.2f}: {rule}." if factor > 1 else
+               f"The compile-time interval is as the held-out-library residuals above set "
+               f"it: widening it by {rule} takes a factor of 1.")
     return ["## Intervals widened by programs outside the corpus", "",
-            f"The held-out-library residuals above understate how far programs of other "
-            f"libraries stray, so the compile-time interval's log offsets were multiplied by "
-            f"{widening['factor']:.2f}: the smallest factor (at least 1) that puts "
-            f"{widening['coverage']:.0%} of the stored bench programs ({widening['programs']} "
-            f"timings of {widening['libraries']} libraries, each library weighing the same) "
-            f"inside (`training/evaluation/interval_widening.py`). Coverage before: "
-            f"{shares('coverage_before')}; after: {shares('coverage_after')}. With each "
-            f"library's programs scored against a factor fitted without them: "
-            f"{shares('coverage_library_held_out')} ({widening['coverage_library_held_out']['all']:.0%}"
-            f" over all). The library-held-out evaluation's intervals, widened the same, "
-            f"cover {widening['leave_library_out_coverage']:.0%} (unwidened, the table's "
-            f"figure).", ""]
+            f"{opening} Coverage before: {shares('coverage_before')}; after: "
+            f"{shares('coverage_after')}. With each library's programs scored against a "
+            f"factor fitted without them: {shares('coverage_library_held_out')} "
+            f"({widening['coverage_library_held_out']['all']:.0%} over all)."
+            + (f" The library-held-out evaluation's intervals, widened the same, cover "
+               f"{widening['leave_library_out_coverage']:.0%} (unwidened, the table's figure)."
+               if "leave_library_out_coverage" in widening else ""), ""]
 
 
 _FORM_WORDS = {"overhead": "a fixed cost plus a power law",

@@ -189,6 +189,12 @@ def write_all(preds: pd.DataFrame, rows: pd.DataFrame, estimator, folder: Path,
         first = rows.iloc[0] if len(rows) else {"backend": "cpu", "target": ""}
         label = Placement(first["backend"], first["target"]).label
     rows = rows.reset_index(drop=True)
-    return [predicted_vs_measured(preds, folder / f"predicted_vs_measured_{label}.png", label),
-            error_by_family(preds, folder / f"error_by_family_{label}.png"),
-            scaling_curves(rows, preds, estimator, folder / f"scaling_{label}.png")]
+    measured, by_family, scaling = figure_paths(folder, label)
+    return [predicted_vs_measured(preds, measured, label), error_by_family(preds, by_family),
+            scaling_curves(rows, preds, estimator, scaling)]
+
+
+def figure_paths(folder: Path, label: str) -> list[Path]:
+    """Where `write_all` writes its plots for `label`, in the order it returns them."""
+    return [Path(folder) / f"{stem}_{label}.png"
+            for stem in ("predicted_vs_measured", "error_by_family", "scaling")]
