@@ -25,3 +25,21 @@ def test_features_are_recomputed_and_unknown_families_reported():
     assert fresh.loc[0, "f_hlo_ops_inlined"] == expected == 6.0
     assert fresh.loc[0, "compile_seconds"] == 0.25
     assert "f_op_tanh" in fresh.columns  # columns the stored rows lacked are added
+
+
+def test_families_a_module_registers_are_re_extracted(tmp_path):
+    """A bench's programs are families its own file registers (never in this process: the
+    lowering runs in a fresh one, which imports the file first)."""
+    module = tmp_path / "my_programs.py"
+    module.write_text(
+        "import jax.numpy as jnp\n"
+        "from costmodel.training.corpus.registry import Family, register, sds\n"
+        "register(Family('my_tanh_chain', 'tanh n times',\n"
+        "                lambda n: (lambda x: [x := jnp.tanh(x) for _ in range(n)][-1],\n"
+        "                           (sds((8,)),)), [{'n': 5}]))\n")
+    rows = pd.DataFrame([{"key": "a", "family": "my_tanh_chain", "params": '{"n": 5}',
+                          "backend": "cpu", "target": "", "f_hlo_ops_inlined": -1.0}])
+    assert reextract(rows, progress=False)[0].empty  # unknown without the module
+    fresh, dropped = reextract(rows, progress=False, modules=(str(module),))
+    assert dropped == [] and fresh.loc[0, "f_hlo_ops_inlined"] == 5.0
+    assert "my_tanh_chain" not in corpus.FAMILIES

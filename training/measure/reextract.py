@@ -11,6 +11,8 @@ has lowered hundreds of other programs lowers some library programs differently 
 cannot then lower for a GPU target.
 
     python -m costmodel.training.measure.reextract training/data/gpu-h100/rows.parquet [--out P]
+    python -m costmodel.training.measure.reextract bench/data/outside_libraries/measured.parquet \
+        --module bench/outside_programs.py
 """
 
 from __future__ import annotations
@@ -34,11 +36,17 @@ def row_features(family: str, params: dict, backend: str, target: str, place) ->
     return from_lowered(traced, lowered, backend=backend, target=target).to_dict()
 
 
-def _lower_group(backend: str, target: str, rows: list[tuple[str, str, str]]) -> list:
+def _lower_group(backend: str, target: str, rows: list[tuple[str, str, str]],
+                 modules: tuple[str, ...] = ()) -> list:
     """In a fresh process: (key, feature cells or None, why not) for each (key, family,
-    params) of one family on one placement."""
+    params) of one family on one placement; `modules` (files or module names) register
+    families first, as a sweep's `modules` do."""
     from ..store.dataset import feature_cells
     from .harness import placement
+    from .user_modules import import_module_or_file
+
+    for module in modules:
+        import_module_or_file(module)
 
     place = placement(backend, target)
     done = []
@@ -52,8 +60,10 @@ def _lower_group(backend: str, target: str, rows: list[tuple[str, str, str]]) ->
     return done
 
 
-def reextract(data: pd.DataFrame, progress: bool = True) -> tuple[pd.DataFrame, list[str]]:
-    """`data` with every feature column recomputed, and the keys of rows left out (why)."""
+def reextract(data: pd.DataFrame, progress: bool = True, modules: tuple[str, ...] = ()
+              ) -> tuple[pd.DataFrame, list[str]]:
+    """`data` with every feature column recomputed, and the keys of rows left out (why);
+    `modules` register families defined outside the corpus (a bench's programs)."""
     from tqdm import tqdm
 
     groups: dict[tuple[str, str, str], list] = {}
@@ -67,7 +77,7 @@ def reextract(data: pd.DataFrame, progress: bool = True) -> tuple[pd.DataFrame, 
     with tqdm(total=len(data), disable=not progress, desc="re-extract", unit="row") as bar:
         for (backend, target, _), rows in groups.items():
             with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-                done = pool.submit(_lower_group, backend, target, rows).result()
+                done = pool.submit(_lower_group, backend, target, rows, modules).result()
             for key, features, why in done:
                 if features is None:
                     dropped.append(f"{key}: {why}")
@@ -85,12 +95,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data", help="a parquet file of dataset rows")
     parser.add_argument("--out", default=None, help="where to write (default: overwrite)")
+    parser.add_argument("--module", action="append", default=[],
+                        help="a file or module that registers families the rows use "
+                             "(e.g. bench/outside_programs.py); repeatable")
     args = parser.parse_args(argv)
     # as in a measurement process: a GPU target lowers deviceless, on a machine whose
     # CUDA driver (if any) the plugin would otherwise refuse before jax starts
     os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
     data = pd.read_parquet(args.data)
-    fresh, dropped = reextract(data)
+    fresh, dropped = reextract(data, modules=tuple(args.module))
     for line in dropped:
         print("left out", line, file=sys.stderr)
     out = Path(args.out or args.data)
