@@ -120,3 +120,25 @@ def test_a_retrained_model_takes_the_shipped_models_widening():
     assert after["hi"] / after["point"] == pytest.approx(
         (before["hi"] / before["point"]) ** record["factor"])
     assert widening.shipped_widening("tpu") == {"factor": 1.0, "from": None}
+
+
+def test_refreshing_the_widening_of_a_saved_model_refits_the_same_factor(tmp_path):
+    """`refresh_widening` on a copy of the shipped CPU model: the factor refitted from the
+    same benches is the same, the interval the same, and the card says so."""
+    import shutil
+
+    from costmodel.models import load
+    from costmodel.training.build import refresh_widening
+
+    folder = tmp_path / "cpu"
+    shutil.copytree(ROOT / "models/default/cpu", folder)
+    refreshed = refresh_widening(folder, [ROOT / "training/data/cpu/rows.parquet"],
+                                 ROOT / "bench/results")
+    shipped = load_default("cpu")
+    assert refreshed.manifest["metrics"]["interval_widening"]["factor"] == pytest.approx(
+        shipped.manifest["metrics"]["interval_widening"]["factor"])
+    bands, before = (model.predictor.targets["compile_seconds"].bands
+                     for model in (load(folder), shipped))
+    assert bands.hi == pytest.approx(before.hi) and bands.lo == pytest.approx(before.lo)
+    card = (folder / "MODEL_CARD.md").read_text()
+    assert "multiplied by 1.42" in card and "outside_libraries 70%" in card
