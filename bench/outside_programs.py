@@ -639,6 +639,19 @@ def _graph_args(nodes, edges, feat, graphs=1, edge_feat=None):
 # ----------------------------------------------------------------------------------------------
 
 
+def _optax_step(loss_fn, opt):
+    """A train step `(params, opt_state, *batch) -> (params, opt_state, loss)`: the gradient
+    of `loss_fn(params, *batch)` applied by the optax optimizer `opt`."""
+    import optax
+
+    def step(params, opt_state, *batch):
+        loss, grads = jax.value_and_grad(loss_fn)(params, *batch)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    return step
+
+
 def _node_classifier_step(net, init, opt, nodes: int, feat: int):
     """A masked node-classification train step of `net` (params, graph -> logits) with the
     optax optimizer `opt`, on a graph of `nodes` nodes and 8 edges per node."""
@@ -649,14 +662,10 @@ def _node_classifier_step(net, init, opt, nodes: int, feat: int):
         ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
         return jnp.sum(ce * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 
-    def step(params, opt_state, graph, labels, mask):
-        loss, grads = jax.value_and_grad(loss_fn)(params, graph, labels, mask)
-        updates, opt_state = opt.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-
     params = jax.eval_shape(init, jax.random.PRNGKey(0))
     opt_state = jax.eval_shape(opt.init, params)
-    return step, (params, opt_state, _graph_args(nodes, nodes * 8, feat), i32(nodes), f32(nodes))
+    return _optax_step(loss_fn, opt), (
+        params, opt_state, _graph_args(nodes, nodes * 8, feat), i32(nodes), f32(nodes))
 
 
 def jraph_gcn_step(layers: int, nodes: int, hidden: int = 64, feat: int = 32, classes: int = 8):
@@ -802,15 +811,10 @@ def jraph_mpnn_step(layers: int, graphs: int = 16, nodes_per_graph: int = 24, hi
         pred = net(params, graph)
         return jnp.sum(graph_mask * (pred - targets) ** 2) / jnp.sum(graph_mask)
 
-    def step(params, opt_state, graph, targets, graph_mask):
-        loss, grads = jax.value_and_grad(loss_fn)(params, graph, targets, graph_mask)
-        updates, opt_state = opt.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-
     params = jax.eval_shape(init, jax.random.PRNGKey(0))
     opt_state = jax.eval_shape(opt.init, params)
     graph = _graph_args(nodes, edges, feat, graphs=graphs, edge_feat=edge_feat)
-    return step, (params, opt_state, graph, f32(graphs), f32(graphs))
+    return _optax_step(loss_fn, opt), (params, opt_state, graph, f32(graphs), f32(graphs))
 
 
 # ----------------------------------------------------------------------------------------------

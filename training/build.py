@@ -4,6 +4,7 @@ defaults, plots and the model card). It sits above the rooms it joins."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -88,10 +89,9 @@ def refresh_widening(path: Path, data_paths: Sequence[str | Path], outside_resul
     previous = report.pop("interval_widening", None) or {}
     backend, target = artifact.backend, artifact.target
     rows = select_rows(dataset.load(list(data_paths)), backend, target)
-    unwidened = widen(artifact.predictor, 1.0 / previous.get("factor", 1.0))
-    artifact = save(unwidened, path, backend=backend, target=target, data=rows,
-                    metrics=report, name=artifact.manifest["name"])
-    artifact, report = _widened(artifact, rows, report, outside_results,
+    unwidened = replace(artifact, predictor=widen(artifact.predictor,
+                                                  1.0 / previous.get("factor", 1.0)))
+    artifact, report = _widened(unwidened, rows, report, outside_results,
                                 None if predictions is None else pd.read_parquet(predictions))
     figures = plots.figure_paths(path, Placement(backend, target).label)
     write_card(Path(path) / "MODEL_CARD.md", artifact.manifest, report, rows, figures,
@@ -102,13 +102,21 @@ def refresh_widening(path: Path, data_paths: Sequence[str | Path], outside_resul
 def _widened(artifact: Artifact, rows: pd.DataFrame, report: dict,
              outside_results: Path | None, predictions: pd.DataFrame | None
              ) -> tuple[Artifact, dict]:
-    """`artifact` saved again with its intervals widened by the benches' stored runs
-    (`interval_widening.fit_widening`), and the report with the widening in it; as it was
-    without stored runs. `predictions` (the evaluation's) tell how the widened intervals
+    """`artifact` saved with its intervals widened by the benches' stored runs
+    (`interval_widening.fit_widening`; unwidened without stored runs), and the report with
+    the widening in it. `predictions` (the evaluation's) tell how the widened intervals
     cover the corpus's libraries held out."""
     widening = None if outside_results is None else fit_widening(artifact, outside_results)
-    if widening is None:
-        return artifact, report
+    if widening is not None:
+        if predictions is not None:
+            widening["leave_library_out_coverage"] = widened_coverage(
+                predictions, "leave_library_out", widening["factor"])
+        report = {**report, "interval_widening": widening}
+    factor = 1.0 if widening is None else widening["factor"]
+    artifact = save(widen(artifact.predictor, factor), artifact.path,
+                    backend=artifact.backend, target=artifact.target, data=rows,
+                    metrics=report, name=artifact.manifest["name"])
+    return artifact, report
     if predictions is not None:
         widening["leave_library_out_coverage"] = widened_coverage(
             predictions, "leave_library_out", widening["factor"])

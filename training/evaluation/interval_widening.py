@@ -26,7 +26,7 @@ import pandas as pd
 
 from costmodel.models.predictor import Bands, Predictor
 
-from .outside import speed_scale, stored_results
+from .outside import current_results, scaled_predictions
 
 # Only compile seconds are widened: the benches time compiles; their memory columns are not
 # in every bench's stored results.
@@ -43,25 +43,18 @@ def interval_ratios(artifact, data: dict) -> pd.DataFrame:
     """Per program of one stored bench run: `ratio`, its log error over its interval's log
     offset on the side it fell (inside the interval: at most 1; widened k times: at most
     k), and its `library`. Predictions are scaled as `outside.score` scales them."""
-    rows = data["results"]
-    out = artifact.predict([row["model_inputs"] for row in rows])[WIDENED_TARGET]
-    speed = speed_scale(artifact, data["reference_s"])
-    measured = np.array([row["measured_s"] for row in rows], float)
-    error = np.log(measured / (out["point"] * speed))
-    offset = np.where(error >= 0, np.log(out["hi"] / out["point"]),
-                      np.log(out["point"] / out["lo"]))
+    point, lo, hi, measured = scaled_predictions(artifact, data)
+    error = np.log(measured / point)
+    offset = np.where(error >= 0, np.log(hi / point), np.log(point / lo))
     return pd.DataFrame({"ratio": np.abs(error) / offset,
-                         "library": [bench_library(row) for row in rows]})
+                         "library": [bench_library(row) for row in data["results"]]})
 
 
 def bench_ratios(artifact, folder: Path, backend: str, target: str = "") -> pd.DataFrame:
     """`interval_ratios` of every bench run stored in `folder` for (backend, target) and
     this model's feature schema, with a `bench` column naming the run."""
-    from costmodel.features import SCHEMA_VERSION
-
     parts = [interval_ratios(artifact, data).assign(bench=name)
-             for name, data in stored_results(folder, backend, target).items()
-             if data["schema_version"] == SCHEMA_VERSION]
+             for name, data in current_results(folder, backend, target).items()]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
         {"ratio": [], "library": [], "bench": []})
 
@@ -145,7 +138,7 @@ def shipped_widening(backend: str, target: str = "") -> dict:
 
     try:
         shipped = load_default(backend, target)
-    except Exception:  # noqa: BLE001 - no shipped model for this target: nothing to carry
+    except ValueError:  # no shipped model for this backend or target: nothing to carry
         return {"factor": 1.0, "from": None}
     fitted = (shipped.manifest.get("metrics") or {}).get("interval_widening") or {}
     return {"factor": float(fitted.get("factor", 1.0)), "from": shipped.version}

@@ -37,6 +37,23 @@ def stored_results(folder: Path, backend: str, target: str = "") -> dict[str, di
     return found
 
 
+def current_results(folder: Path, backend: str, target: str = "") -> dict[str, dict]:
+    """`stored_results` whose model inputs are of this costmodel's feature schema (the
+    ones a model of this schema can be scored on)."""
+    return {name: data for name, data in stored_results(folder, backend, target).items()
+            if data["schema_version"] == SCHEMA_VERSION}
+
+
+def scaled_predictions(artifact, data: dict) -> tuple[np.ndarray, ...]:
+    """`(point, lo, hi, measured)` compile seconds of one stored bench run, predictions
+    scaled by its reference time as `costmodel calibrate` would (`speed_scale`)."""
+    rows = data["results"]
+    out = artifact.predict([row["model_inputs"] for row in rows])["compile_seconds"]
+    speed = speed_scale(artifact, data["reference_s"])
+    point, lo, hi = (out[key] * speed for key in ("point", "lo", "hi"))
+    return point, lo, hi, np.array([row["measured_s"] for row in rows], float)
+
+
 def speed_scale(artifact, reference_seconds: float) -> float:
     """What `costmodel calibrate` would apply for `artifact` on the machine of a bench run
     whose reference program took `reference_seconds`: that time over the model's median
@@ -60,13 +77,9 @@ def score(artifact, data: dict) -> dict:
     if data["schema_version"] != SCHEMA_VERSION:
         raise ValueError(f"stored inputs are feature schema {data['schema_version']}, this "
                          f"costmodel extracts {SCHEMA_VERSION}; re-run the bench to refresh")
-    rows = data["results"]
-    out = artifact.predict([row["model_inputs"] for row in rows])["compile_seconds"]
-    speed = speed_scale(artifact, data["reference_s"])
-    point, lo, hi = (out[key] * speed for key in ("point", "lo", "hi"))
-    measured = np.array([row["measured_s"] for row in rows])
+    point, lo, hi, measured = scaled_predictions(artifact, data)
     folds = metrics.fold_errors(point, measured)
-    return {"n": len(rows), "folds": folds, "median_fold": float(np.median(folds)),
+    return {"n": len(measured), "folds": folds, "median_fold": float(np.median(folds)),
             "max_fold": float(folds.max()), "within_2x": metrics.within(point, measured),
             "coverage": metrics.coverage(lo, hi, measured),
             "spearman": metrics.spearman(point, measured),
@@ -77,8 +90,7 @@ def score(artifact, data: dict) -> dict:
 def card_section(artifact, folder: Path, backend: str, target: str = "") -> list[str]:
     """Markdown lines for a model card: this model on each bench stored in `folder` (none:
     no lines)."""
-    results = {name: data for name, data in stored_results(folder, backend, target).items()
-               if data["schema_version"] == SCHEMA_VERSION}
+    results = current_results(folder, backend, target)
     if not results:
         return []
     lines = ["## Programs outside the corpus", "",
