@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .forest import FlatForest
+from .novelty import WIDENED_TARGET, Novelty, Widening
 from .phase_shares import PhaseShares
 from .power_law import baseline_log
 from .table import Table, augment
@@ -28,7 +29,10 @@ TARGETS = ("compile_seconds", "peak_rss_bytes", "executable_memory_bytes")
 # program can be a few bytes. Compile time is always positive.
 LOG_OFFSETS = {"compile_seconds": 0.0, "peak_rss_bytes": float(2**20),
                "executable_memory_bytes": float(2**10)}
-FORMAT = 1
+# Format 2 added the training rows' `novelty` and the interval's `widening`; format 1
+# files (the widening, if any, was multiplied into the interval offsets) still load.
+FORMAT = 2
+READABLE_FORMATS = (1, 2)
 _EPS = 1e-12
 
 
@@ -103,6 +107,8 @@ class Predictor:
             same model on other rows), or None.
         phase_shares: How compile time splits into parts of XLA's compile (the predicted
             parts `costmodel profile` shows), or None.
+        novelty: The training rows, to tell how far a program lies from them, or None.
+        widening: How the compile-time interval widens with that distance, or None.
 
     Example:
         >>> predictor.predict([features.model_inputs()])["compile_seconds"]["hi"]
@@ -115,6 +121,8 @@ class Predictor:
     reference_seconds: float | None = None
     recipe: Mapping[str, Any] | None = field(default=None)
     phase_shares: PhaseShares | None = None
+    novelty: Novelty | None = None
+    widening: Widening | None = None
 
     def table(self, X) -> Table:
         """The model's inputs and derived columns for X (a DataFrame or feature mappings)."""
@@ -127,7 +135,9 @@ class Predictor:
 
     def predict_log(self, X) -> dict[str, np.ndarray]:
         """Point estimates on the modelled (log) scale, per target."""
-        table = self.table(X)
+        return self._log_points(self.table(X))
+
+    def _log_points(self, table: Table) -> dict[str, np.ndarray]:
         columns = self.tree_columns(table)
         return {target: np.add(*fitted.parts(table, columns))
                 for target, fitted in self.targets.items()}
@@ -145,12 +155,26 @@ class Predictor:
         Returns:
             `{target: {"point", "lo", "hi"}}`, each an array with one value per row of X.
         """
+        table = self.table(X)
         out = {}
-        for target, z in self.predict_log(X).items():
+        for target, z in self._log_points(table).items():
             lo, hi = self.targets[target].interval_offsets(z)
+            if target == WIDENED_TARGET and self.widening is not None:
+                scale = self.widening.scale(self.distance(table) if self.widening.uses_distance
+                                            else np.zeros(len(z)))
+                lo, hi = lo * scale, hi * scale
             out[target] = {"point": from_log(target, z), "lo": from_log(target, z + lo),
                            "hi": from_log(target, z + hi)}
         return out
+
+    def distance(self, X) -> np.ndarray:
+        """How far each row of X (or of its `table`) lies from the training rows
+        (`Novelty.distance`); raises ValueError for a model saved without them."""
+        if self.novelty is None:
+            raise ValueError("this model was saved without its training rows' novelty "
+                             "reference (format 1); retrain it to get distances")
+        table = X if isinstance(X, Table) else self.table(X)
+        return self.novelty.distance(table.values[:, :len(self.feature_names)])
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The model as named arrays, its description as JSON in `meta` (see `load`)."""
@@ -173,6 +197,8 @@ class Predictor:
                                  "oof_residual_mad": fitted.oof_residual_mad}
         if self.phase_shares is not None:
             arrays["phase_shares.coef"] = np.asarray(self.phase_shares.coef, float)
+        if self.novelty is not None:
+            arrays.update(self.novelty.arrays())
         meta = {"format": FORMAT, "feature_names": list(self.feature_names),
                 "tree_exclude": list(self.tree_exclude),
                 "reference_power": self.reference_power,
@@ -180,7 +206,9 @@ class Predictor:
                 "recipe": jsonable(self.recipe), "targets": described,
                 "phase_shares": None if self.phase_shares is None else {
                     "terms": list(self.phase_shares.terms),
-                    "modelled": list(self.phase_shares.modelled)}}
+                    "modelled": list(self.phase_shares.modelled)},
+                "novelty": self.novelty is not None,
+                "widening": None if self.widening is None else self.widening.as_dict()}
         arrays["meta"] = np.array(json.dumps(meta, allow_nan=False))
         return arrays
 
@@ -188,9 +216,9 @@ class Predictor:
     def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> Predictor:
         """The model `arrays()` described (e.g. an `np.load`ed `.npz`)."""
         meta = json.loads(str(arrays["meta"][()]))
-        if meta.get("format") != FORMAT:
+        if meta.get("format") not in READABLE_FORMATS:
             raise ValueError(f"model arrays of format {meta.get('format')!r}; this costmodel "
-                             f"reads format {FORMAT}")
+                             f"reads formats {', '.join(map(str, READABLE_FORMATS))}")
         targets = {}
         for target, described in meta["targets"].items():
             def part(name: str, _target=target) -> np.ndarray:
@@ -216,7 +244,10 @@ class Predictor:
                    reference_seconds=meta["reference_seconds"], recipe=meta["recipe"],
                    phase_shares=None if shares is None else PhaseShares(
                        tuple(shares["terms"]), tuple(shares["modelled"]),
-                       np.asarray(arrays["phase_shares.coef"], float)))
+                       np.asarray(arrays["phase_shares.coef"], float)),
+                   novelty=Novelty.from_arrays(arrays) if meta.get("novelty") else None,
+                   widening=None if meta.get("widening") is None
+                   else Widening.from_dict(meta["widening"]))
 
     def save(self, handle) -> None:
         """Write the model as an uncompressed `.npz` to a binary file handle; the same

@@ -8,19 +8,27 @@ import pandas as pd
 import pytest
 
 from costmodel.models import load_default
+from costmodel.models.novelty import Widening
 from costmodel.training.evaluation import interval_widening as widening
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_factor_is_the_library_weighted_quantile_with_the_correction_in_libraries():
+def bench_frame(ratio, library, distance=None, bench="a") -> pd.DataFrame:
+    return pd.DataFrame({"ratio": ratio, "library": library,
+                         "distance": np.ones(len(ratio)) if distance is None else distance,
+                         "bench": bench})
+
+
+def test_the_quantile_is_library_weighted_with_the_correction_in_libraries():
     # 20 libraries of one program each: the 0.9 * 21/20 = 0.945 quantile is the 19th ratio
     ratio = np.arange(1, 21) / 10.0
-    assert widening.widening_factor(ratio, [f"lib{i}" for i in range(20)]) == pytest.approx(1.9)
+    assert widening.library_quantile(ratio, [f"lib{i}" for i in range(20)]) == \
+        pytest.approx(1.9)
     # ten: 0.99 of them, the largest
-    assert widening.widening_factor(ratio[:10], [f"lib{i}" for i in range(10)]) == \
+    assert widening.library_quantile(ratio[:10], [f"lib{i}" for i in range(10)]) == \
         pytest.approx(1.0)
-    assert widening.widening_factor([0.5] * 9 + [2.5], [f"lib{i}" for i in range(10)]) == \
+    assert widening.library_quantile([0.5] * 9 + [2.5], [f"lib{i}" for i in range(10)]) == \
         pytest.approx(2.5)
 
 
@@ -29,53 +37,124 @@ def test_a_library_of_many_programs_weighs_as_much_as_one_of_one():
     # Counted by program 9 of 28 miss (the factor would be 3); by library 1 of 20 does.
     ratio = [3.0] * 9 + [0.5] * 19
     library = ["big"] * 9 + [f"lib{i}" for i in range(19)]
-    assert widening.widening_factor(ratio, library) == 1.0
+    assert widening.library_quantile(ratio, library) == 0.5
 
 
-def test_the_factor_never_narrows_an_interval():
-    assert widening.widening_factor([0.2, 0.3, 0.4], ["a", "b", "c"]) == 1.0
-    assert widening.widening_factor([], []) == 1.0
+def test_without_the_corpus_one_factor_of_at_least_1_is_fitted():
+    assert widening.fit_rule(bench_frame([0.2, 0.3, 0.4], ["a", "b", "c"])) == Widening(1.0)
+    ratio = np.arange(1, 21) / 10.0
+    assert widening.fit_rule(bench_frame(ratio, [f"l{i}" for i in range(20)])) == \
+        Widening(pytest.approx(1.9))
 
 
-def test_held_out_coverage_scores_each_library_against_a_factor_fitted_without_it():
+def test_the_scale_grows_with_distance_past_the_onset_and_never_narrows():
+    rule = Widening(factor=1.5, onset=4.0, power=1.0)
+    assert rule.scale(np.array([1.0, 4.0, 8.0])) == pytest.approx([1.5, 1.5, 3.0])
+    assert Widening(0.5, 4.0, 1.0).scale(np.array([2.0, 8.0, 16.0])) == \
+        pytest.approx([1.0, 1.0, 2.0])
+    assert Widening(0.5).scale(np.array([3.0])) == pytest.approx([1.0])
+    # a factor under 1 only moves the onset: the same scale with factor 1
+    canonical = Widening(0.5, 4.0, 1.0).canonical()
+    assert canonical == Widening(1.0, pytest.approx(8.0), 1.0)
+    distances = np.linspace(0, 40, 81)
+    assert canonical.scale(distances) == pytest.approx(Widening(0.5, 4.0, 1.0).scale(distances))
+    assert Widening.from_dict(canonical.as_dict()) == canonical
+    assert Widening.from_dict({"factor": 1.4}) == Widening(1.4)
+
+
+def far_misses():
+    """Twenty bench libraries: ten near the training rows, inside their interval; ten far
+    (distance 10-19), missing it by distance / 5. The corpus's held-out rows: 200 at
+    distances 1-20, inside up to 0.9 of their offset but one in ten, near (distance 1-8),
+    at 1.0-1.3."""
+    near = bench_frame([0.5] * 10, [f"near{i}" for i in range(10)], [2.0] * 10)
+    distance = np.arange(10, 20, dtype=float)
+    far = bench_frame(distance / 5.0, [f"far{i}" for i in range(10)], distance, bench="b")
+    rng = np.random.default_rng(0)
+    missing = np.arange(200) % 10 == 0
+    corpus = pd.DataFrame({
+        "ratio": np.where(missing, rng.uniform(1.0, 1.3, 200), rng.uniform(0.0, 0.9, 200)),
+        "library": [f"c{i % 12}" for i in range(200)],
+        "distance": np.where(missing, rng.uniform(1.0, 8.0, 200), rng.uniform(1.0, 20.0, 200))})
+    return pd.concat([near, far], ignore_index=True), corpus
+
+
+def test_far_programs_get_wider_intervals_and_the_corpus_stays_within_its_band():
+    bench, corpus = far_misses()
+    rule = widening.fit_rule(bench, corpus)
+    # one factor for all would cover the corpus ~100% (3.8 against misses of at most 1.3)
+    assert widening.fit_rule(bench).factor > 3
+    assert rule.uses_distance
+    assert widening.inside(bench, rule).mean() >= 0.9
+    assert rule.scale(np.array([2.0])) == pytest.approx([1.0])
+    assert 0.85 <= widening.inside(corpus, rule).mean() <= 0.95
+    report = widening.fit_widening(bench, corpus)
+    assert report["onset"] == pytest.approx(rule.onset) and report["power"] == rule.power
+    assert report["coverage_before"] == {"a": 1.0, "b": 0.0}
+    assert report["leave_library_out_coverage_before"] == pytest.approx(0.9)
+    assert report["leave_library_out_coverage"] == pytest.approx(
+        widening.inside(corpus, rule).mean())
+    assert report["mean_scale"]["benches"] == pytest.approx(rule.scale(bench["distance"]).mean())
+
+
+def test_held_out_coverage_scores_each_library_against_a_rule_fitted_without_it():
     # 20 libraries; "far" misses by 5x. Fitted without it the factor is the 0.9 * 20/19
     # quantile of the other 19 ratios, the 18th: 1.8, so "far" stays outside; each other
     # library is scored against a factor fitted with 5.0 but without its own ratio.
-    ratio = [*(np.arange(1, 20) / 10.0), 5.0]
-    library = [f"lib{i}" for i in range(19)] + ["far"]
-    frame = pd.DataFrame({"ratio": ratio, "library": library,
-                          "bench": ["a"] * 10 + ["b"] * 10})
+    ratio = np.array([*(np.arange(1, 20) / 10.0), 5.0])
+    library = np.array([f"lib{i}" for i in range(19)] + ["far"])
+    frame = bench_frame(ratio, library, bench=["a"] * 10 + ["b"] * 10)
     shares = widening.held_out_coverage(frame)
-    inside = [r <= widening.widening_factor(np.delete(ratio, i), np.delete(library, i))
-              for i, r in enumerate(ratio)]
+    inside = [r <= widening.fit_rule(frame.drop(index=i)).factor for i, r in enumerate(ratio)]
     assert shares["all"] == pytest.approx(np.mean(inside))
     assert shares["a"] == 1.0 and shares["b"] == pytest.approx(np.mean(inside[10:]))
     assert not inside[-1]
-    assert widening.widening_factor(ratio[:-1], library[:-1]) == pytest.approx(1.8)
+    assert widening.fit_rule(frame.iloc[:-1]).factor == pytest.approx(1.8)
 
 
-def test_widening_raises_the_interval_to_the_factors_power_around_the_same_point():
-    model = load_default("gpu", "h100")
-    rows = json.loads((ROOT / "bench/results/outside_libraries_h100.json").read_text())["results"]
-    inputs = [row["model_inputs"] for row in rows[:5]]
-    before = model.predictor.predict(inputs)["compile_seconds"]
-    after = widening.widen(model.predictor, 1.5).predict(inputs)["compile_seconds"]
+def h100_inputs(n: int = 5) -> list[dict]:
+    rows = json.loads((ROOT / "bench/results/outside_libraries_h100.json").read_text())
+    return [row["model_inputs"] for row in rows["results"][:n]]
+
+
+def test_widening_raises_the_interval_to_each_programs_scale_around_the_same_point():
+    predictor = load_default("gpu", "h100").predictor
+    inputs = h100_inputs()
+    rule = Widening(factor=1.2, onset=3.0, power=1.0)
+    widened = widening.widen(predictor, rule)
+    before = predictor.predict(inputs)["compile_seconds"]
+    after = widened.predict(inputs)["compile_seconds"]
+    scale = rule.scale(predictor.distance(inputs))
+    assert scale.max() > scale.min() > 1.2  # these programs lie at distances 3.6-6.6
     assert after["point"] == pytest.approx(before["point"])
-    assert after["hi"] / after["point"] == pytest.approx((before["hi"] / before["point"]) ** 1.5)
-    assert after["lo"] / after["point"] == pytest.approx((before["lo"] / before["point"]) ** 1.5)
+    assert after["hi"] / after["point"] == pytest.approx((before["hi"] / before["point"]) ** scale)
+    assert after["lo"] / after["point"] == pytest.approx((before["lo"] / before["point"]) ** scale)
     memory = "peak_rss_bytes"
-    assert widening.widen(model.predictor, 1.5).predict(inputs)[memory]["hi"] == \
-        pytest.approx(model.predictor.predict(inputs)[memory]["hi"])
+    assert widened.predict(inputs)[memory]["hi"] == \
+        pytest.approx(predictor.predict(inputs)[memory]["hi"])
 
 
-def test_widened_coverage_of_held_out_predictions():
+def test_corpus_ratios_measure_each_library_from_the_others(tmp_path):
+    """A held-out row's distance is from the rows of every other library, as its fold
+    model saw them; its ratio is of its own fold's interval."""
+    from costmodel.models.novelty import Novelty
+    from costmodel.training.fitting.fit import features_frame, select_rows
+    from costmodel.training.store import dataset
+
+    rows = select_rows(dataset.load([ROOT / "training/data/cpu/rows.parquet"]), "cpu")
+    real = rows[rows["library"].fillna("") != ""].groupby("library").head(1).head(3)
     predictions = pd.DataFrame({
         "split": "leave_library_out", "target": "compile_seconds", "model": "costmodel",
-        "point": [1.0, 1.0, 1.0, 1.0], "lo": [0.5] * 4, "hi": [2.0] * 4,
-        "actual": [1.5, 3.0, 5.0, 0.3]})
-    assert widening.widened_coverage(predictions, "leave_library_out", 1.0) == 0.25
-    # widened 1.6x in log: [0.33, 3.03]
-    assert widening.widened_coverage(predictions, "leave_library_out", 1.6) == 0.5
+        "key": real["key"].to_numpy(), "point": 1.0, "lo": 0.5, "hi": 2.0,
+        "actual": [1.5, 4.0, 0.25]})
+    ratios = widening.corpus_ratios(predictions, rows)
+    assert ratios["ratio"].to_numpy() == pytest.approx([np.log(1.5) / np.log(2), 2.0, 2.0])
+    values = features_frame(rows).to_numpy(float)
+    first = real.index[0]
+    others = rows["library"].fillna("").to_numpy() != rows.loc[first, "library"]
+    assert ratios["distance"].iloc[0] == pytest.approx(
+        Novelty.of(values[others]).distance(values[[first]])[0])
+    assert list(ratios["library"]) == list(real["library"])
 
 
 def test_a_bench_row_is_held_out_with_its_library_or_its_programs_first_word():
@@ -85,14 +164,23 @@ def test_a_bench_row_is_held_out_with_its_library_or_its_programs_first_word():
 
 
 def test_the_shipped_models_record_the_widening_their_benches_fitted():
+    """CPU: programs farther than 6.4 from the training rows get intervals widened in
+    proportion; every stored bench run then covers 89-92.5%, 90% with each library held out
+    of the fit, and the corpus's libraries held out 95.7% (93.3% unwidened; one factor for
+    all, the last model's 1.42, covered them 99.1%)."""
     cpu = load_default("cpu").manifest["metrics"]["interval_widening"]
-    assert cpu["factor"] == pytest.approx(1.416, abs=0.001)
+    assert (cpu["factor"], cpu["power"]) == (1.0, 1.0)
+    assert cpu["onset"] == pytest.approx(6.37, abs=0.01)
     assert cpu["coverage_before"]["outside_libraries"] == pytest.approx(0.70)
-    assert cpu["coverage_after"]["outside_libraries"] == pytest.approx(0.85)
-    assert cpu["coverage_library_held_out"]["all"] == pytest.approx(0.873, abs=0.001)
-    assert cpu["leave_library_out_coverage"] == pytest.approx(0.991, abs=0.001)
+    assert cpu["coverage_after"]["outside_libraries"] == pytest.approx(0.925)
+    assert cpu["coverage_after"]["outside_libraries_pass2"] == pytest.approx(0.90)
+    assert cpu["coverage_library_held_out"]["all"] == pytest.approx(0.898, abs=0.001)
+    assert cpu["leave_library_out_coverage_before"] == pytest.approx(0.933, abs=0.001)
+    assert cpu["leave_library_out_coverage"] == pytest.approx(0.957, abs=0.001)
     h100 = load_default("gpu", "h100").manifest["metrics"]["interval_widening"]
-    assert h100["factor"] == 1.0 and h100["coverage_before"]["outside_libraries_h100"] == 0.85
+    assert (h100["factor"], h100["power"]) == (1.0, 0.0)
+    assert h100["coverage_before"]["outside_libraries_h100"] == 0.85
+    assert h100["coverage_library_held_out"]["all"] == pytest.approx(0.908, abs=0.001)
 
 
 def test_the_shipped_cpu_interval_is_its_fitted_band_widened():
@@ -111,20 +199,22 @@ def test_a_retrained_model_takes_the_shipped_models_widening():
         predictor = load_default("gpu", "h100").predictor
 
     widened, record = widening.with_shipped_widening(Fitted, "cpu")
-    assert record == {"factor": pytest.approx(1.416, abs=0.001),
-                      "from": load_default("cpu").version}
-    inputs = json.loads((ROOT / "bench/results/outside_libraries_h100.json").read_text()
-                        )["results"][0]["model_inputs"]
-    before = Fitted.predictor.predict([inputs])["compile_seconds"]
-    after = widened.predict([inputs])["compile_seconds"]
-    assert after["hi"] / after["point"] == pytest.approx(
-        (before["hi"] / before["point"]) ** record["factor"])
-    assert widening.shipped_widening("tpu") == {"factor": 1.0, "from": None}
+    shipped = load_default("cpu")
+    assert record == {**shipped.predictor.widening.as_dict(), "from": shipped.version}
+    inputs = h100_inputs(3)
+    before = Fitted.predictor.predict(inputs)["compile_seconds"]
+    after = widened.predict(inputs)["compile_seconds"]
+    # the distances are from the retrained model's own rows
+    scale = shipped.predictor.widening.scale(Fitted.predictor.distance(inputs))
+    assert after["hi"] / after["point"] == pytest.approx((before["hi"] / before["point"]) ** scale)
+    assert widening.shipped_widening("tpu") == {"factor": 1.0, "onset": None, "power": 0.0,
+                                                "from": None}
 
 
-def test_refreshing_the_widening_of_a_saved_model_refits_the_same_factor(tmp_path):
-    """`refresh_widening` on a copy of the shipped CPU model: the factor refitted from the
-    same benches is the same, the interval the same, and the card says so."""
+def test_refreshing_without_the_evaluation_fits_one_factor_and_draws_it(tmp_path):
+    """`refresh_widening` on a copy of the shipped CPU model without the evaluation's
+    predictions: only one factor can be fitted (the 1.42 of the model before), the
+    interval is the shipped model's as fitted, widened by it, and the card says so."""
     import shutil
 
     from costmodel.models import load
@@ -134,11 +224,15 @@ def test_refreshing_the_widening_of_a_saved_model_refits_the_same_factor(tmp_pat
     shutil.copytree(ROOT / "models/default/cpu", folder)
     refreshed = refresh_widening(folder, [ROOT / "training/data/cpu/rows.parquet"],
                                  ROOT / "bench/results")
-    shipped = load_default("cpu")
-    assert refreshed.manifest["metrics"]["interval_widening"]["factor"] == pytest.approx(
-        shipped.manifest["metrics"]["interval_widening"]["factor"])
-    bands, before = (model.predictor.targets["compile_seconds"].bands
-                     for model in (load(folder), shipped))
-    assert bands.hi == pytest.approx(before.hi) and bands.lo == pytest.approx(before.lo)
+    record = refreshed.manifest["metrics"]["interval_widening"]
+    assert record["factor"] == pytest.approx(1.416, abs=0.001) and record["power"] == 0.0
+    inputs = h100_inputs(3)
+    shipped = load_default("cpu").predictor
+    before = widening.widen(shipped, Widening()).predict(inputs)["compile_seconds"]
+    after = load(folder).predict(inputs)["compile_seconds"]
+    assert after["hi"] / after["point"] == pytest.approx(
+        (before["hi"] / before["point"]) ** record["factor"])
     card = (folder / "MODEL_CARD.md").read_text()
     assert "multiplied by 1.42" in card and "outside_libraries 70%" in card
+    assert "![interval_widening_cpu](interval_widening_cpu.png)" in card
+    assert (folder / "interval_widening_cpu.png").stat().st_size > 10_000

@@ -11,17 +11,20 @@ import pandas as pd
 
 from costmodel.features import Placement
 from costmodel.models import Artifact, default_path, load
+from costmodel.models.novelty import Novelty, Widening
 
 from .evaluation import plots
 from .evaluation.evaluate import evaluate, run_evaluation, with_keys
 from .evaluation.interval_widening import (
+    bench_ratios,
+    corpus_ratios,
     fit_widening,
+    unwidened,
     widen,
-    widened_coverage,
     with_shipped_widening,
 )
 from .evaluation.model_card import write_card
-from .fitting.fit import select_rows, train
+from .fitting.fit import features_frame, select_rows, train
 from .fitting.publish import save
 from .store import dataset
 
@@ -69,8 +72,9 @@ def build_default(data_paths: Sequence[str | Path], backend: str = "cpu", target
     artifact = save(estimator, out, backend=backend, target=target, data=rows,
                     metrics=result.report, name=name)
     artifact, report = _widened(artifact, rows, result.report, outside_results,
-                                result.predictions)
-    figures = plots.write_all(result.predictions, rows, estimator, out)
+                                with_keys(result.predictions, rows))
+    figures = plots.write_all(result.predictions, rows, estimator, out) + _widening_figure(
+        out, backend, target)
     write_card(out / "MODEL_CARD.md", artifact.manifest, report, rows, figures, artifact,
                outside_results)
     return artifact
@@ -82,46 +86,57 @@ def refresh_widening(path: Path, data_paths: Sequence[str | Path], outside_resul
     from the bench runs stored in `outside_results`, and rewrite its card, without
     retraining: after a bench run adds programs, the predictor stays as it was but for its
     compile-time interval. The card's plots are the ones already in `path`; `predictions`
-    (`build_default`'s `predictions_out` of this model) add how the widened intervals cover
-    the corpus's libraries held out."""
+    (`build_default`'s `predictions_out` of this model) let the widening grow with a
+    program's distance from the training rows, kept within what the corpus's libraries
+    held out allow (without them, one factor). A model saved without its training rows'
+    distances gets them from `data_paths`."""
     artifact = load(path)
     report = dict(artifact.manifest["metrics"])
-    previous = report.pop("interval_widening", None) or {}
+    report.pop("interval_widening", None)
     backend, target = artifact.backend, artifact.target
     rows = select_rows(dataset.load(list(data_paths)), backend, target)
-    unwidened = replace(artifact, predictor=widen(artifact.predictor,
-                                                  1.0 / previous.get("factor", 1.0)))
-    artifact, report = _widened(unwidened, rows, report, outside_results,
+    predictor = artifact.predictor
+    if predictor.novelty is None:
+        predictor = replace(predictor, novelty=Novelty.of(features_frame(rows).to_numpy(float)))
+    artifact, report = _widened(replace(artifact, predictor=predictor), rows, report,
+                                outside_results,
                                 None if predictions is None else pd.read_parquet(predictions))
-    figures = plots.figure_paths(path, Placement(backend, target).label)
+    figures = plots.figure_paths(path, Placement(backend, target).label) + _widening_figure(
+        path, backend, target)
     write_card(Path(path) / "MODEL_CARD.md", artifact.manifest, report, rows, figures,
                artifact, outside_results)
     return artifact
 
 
+def _widening_figure(folder: Path, backend: str, target: str) -> list[Path]:
+    """The widening's figure in `folder` if `_widened` drew one."""
+    path = plots.widening_figure_path(folder, Placement(backend, target).label)
+    return [path] if path.exists() else []
+
+
 def _widened(artifact: Artifact, rows: pd.DataFrame, report: dict,
              outside_results: Path | None, predictions: pd.DataFrame | None
              ) -> tuple[Artifact, dict]:
-    """`artifact` saved with its intervals widened by the benches' stored runs
-    (`interval_widening.fit_widening`; unwidened without stored runs), and the report with
-    the widening in it. `predictions` (the evaluation's) tell how the widened intervals
-    cover the corpus's libraries held out."""
-    widening = None if outside_results is None else fit_widening(artifact, outside_results)
+    """`artifact` saved with its compile-time interval widened as the benches' stored runs
+    ask (`interval_widening.fit_widening`; unwidened without stored runs), and the report
+    with the widening in it. `predictions` (the evaluation's, with keys) bound how far the
+    corpus's libraries held out may be covered."""
+    artifact = unwidened(artifact)
+    widening = None
+    if outside_results is not None:
+        bench = bench_ratios(artifact, outside_results, artifact.backend, artifact.target)
+        corpus = None if predictions is None else corpus_ratios(predictions, rows)
+        widening = fit_widening(bench, corpus)
+    predictor = artifact.predictor
+    figure = plots.widening_figure_path(artifact.path,
+                                        Placement(artifact.backend, artifact.target).label)
+    figure.unlink(missing_ok=True)  # a figure of an earlier widening would mislead
     if widening is not None:
-        if predictions is not None:
-            widening["leave_library_out_coverage"] = widened_coverage(
-                predictions, "leave_library_out", widening["factor"])
         report = {**report, "interval_widening": widening}
-    factor = 1.0 if widening is None else widening["factor"]
-    artifact = save(widen(artifact.predictor, factor), artifact.path,
-                    backend=artifact.backend, target=artifact.target, data=rows,
-                    metrics=report, name=artifact.manifest["name"])
-    return artifact, report
-    if predictions is not None:
-        widening["leave_library_out_coverage"] = widened_coverage(
-            predictions, "leave_library_out", widening["factor"])
-    report = {**report, "interval_widening": widening}
-    artifact = save(widen(artifact.predictor, widening["factor"]), artifact.path,
-                    backend=artifact.backend, target=artifact.target, data=rows,
-                    metrics=report, name=artifact.manifest["name"])
+        predictor = widen(predictor, Widening.from_dict(widening))
+        plots.interval_widening(bench, corpus, predictor.widening, figure,
+                                Placement(artifact.backend, artifact.target).label)
+    artifact = save(predictor, artifact.path, backend=artifact.backend,
+                    target=artifact.target, data=rows, metrics=report,
+                    name=artifact.manifest["name"])
     return artifact, report

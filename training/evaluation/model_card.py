@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from costmodel.models.novelty import Widening
+
 from ..fitting.estimator import ADDED_TERMS, BASELINE_FORMS, BASELINE_TERMS, TARGETS
 from ..fitting.fit import families, model_params
 from . import metrics
@@ -17,6 +19,7 @@ from .evaluate import (
     SPLITS,
     backend_label,
 )
+from .interval_widening import CORPUS_COVERAGE
 from .outside import card_section
 
 
@@ -44,7 +47,7 @@ def markdown_table(report: dict) -> str:
 
 
 def widening_section(widening: dict | None) -> list[str]:
-    """Markdown lines on how far the bench programs widened the intervals (none: no lines)."""
+    """Markdown lines on how the bench programs widened the intervals (none: no lines)."""
     if widening is None:
         return []
     benches = sorted(widening["coverage_before"])
@@ -52,24 +55,42 @@ def widening_section(widening: dict | None) -> list[str]:
     def shares(key: str) -> str:
         return ", ".join(f"{b} {widening[key][b]:.0%}" for b in benches)
 
-    factor = widening["factor"]
-    rule = (f"the smallest factor (at least 1) that puts {widening['coverage']:.0%} of the "
-            f"stored bench programs ({widening['programs']} timings of "
-            f"{widening['libraries']} libraries, each library weighing the same) inside "
-            f"(`training/evaluation/interval_widening.py`)")
-    opening = (f"The held-out-library residuals above understate how far programs of other "
-               f"libraries stray, so the compile-time interval's log offsets were multiplied "
-               f"by {factor:.2f}: {rule}." if factor > 1 else
-               f"The compile-time interval is as the held-out-library residuals above set "
-               f"it: widening it by {rule} takes a factor of 1.")
-    return ["## Intervals widened by programs outside the corpus", "",
-            f"{opening} Coverage before: {shares('coverage_before')}; after: "
-            f"{shares('coverage_after')}. With each library's programs scored against a "
-            f"factor fitted without them: {shares('coverage_library_held_out')} "
-            f"({widening['coverage_library_held_out']['all']:.0%} over all)."
-            + (f" The library-held-out evaluation's intervals, widened the same, cover "
-               f"{widening['leave_library_out_coverage']:.0%} (unwidened, the table's figure)."
-               if "leave_library_out_coverage" in widening else ""), ""]
+    rule = Widening.from_dict(widening)
+    fitted_on = (f"{widening['programs']} timings of {widening['libraries']} libraries, each "
+                 f"library weighing the same; `training/evaluation/interval_widening.py`")
+    if rule.uses_distance:
+        growth = f"max(1, d / {rule.onset:.1f})^{rule.power:g}"
+        formula = growth if rule.factor == 1 else f"{rule.factor:.2f} x {growth}"
+        band = CORPUS_COVERAGE
+        corpus = widening.get("leave_library_out_coverage", band[0])
+        kept = ("" if band[0] <= corpus <= band[1] else
+                " (no such rule keeps them within it here: this one comes closest)")
+        opening = (f"Programs far from every training row miss the held-out-library interval "
+                   f"above more often than near ones, so its log offsets are multiplied by "
+                   f"{formula}, d a program's distance from the training rows "
+                   f"(`costmodel.models.novelty`): the narrowest such rule that puts "
+                   f"{widening['coverage']:.0%} of the stored bench programs inside "
+                   f"({fitted_on}) among those that keep the corpus's libraries held out "
+                   f"covered {band[0]:.0%}-{band[1]:.0%}{kept}.")
+    else:
+        opening = (f"The compile-time interval's log offsets are multiplied by "
+                   f"{rule.factor:.2f}, the smallest factor of at least 1 that puts "
+                   f"{widening['coverage']:.0%} of the stored bench programs inside "
+                   f"({fitted_on}).")
+    lines = [f"{opening} Coverage before: {shares('coverage_before')}; after: "
+             f"{shares('coverage_after')}. With each library's programs scored against a "
+             f"rule fitted without them: {shares('coverage_library_held_out')} "
+             f"({widening['coverage_library_held_out']['all']:.0%} over all)."]
+    if "leave_library_out_coverage" in widening:
+        scale = widening["mean_scale"]
+        lines.append(f"The library-held-out evaluation's intervals cover "
+                     f"{widening['leave_library_out_coverage_before']:.0%} as fitted (the "
+                     f"table's figure) and {widening['leave_library_out_coverage']:.0%} "
+                     f"widened. The log width grows {scale['benches']:.2f}x on average on "
+                     f"the bench programs and {scale['leave_library_out']:.2f}x on the "
+                     f"corpus's held-out rows.")
+    return ["## Intervals widened for programs unlike the training rows", "",
+            " ".join(lines), ""]
 
 
 _FORM_WORDS = {"overhead": "a fixed cost plus a power law",

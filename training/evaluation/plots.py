@@ -198,3 +198,37 @@ def figure_paths(folder: Path, label: str) -> list[Path]:
     """Where `write_all` writes its plots for `label`, in the order it returns them."""
     return [Path(folder) / f"{stem}_{label}.png"
             for stem in ("predicted_vs_measured", "error_by_family", "scaling")]
+
+
+def widening_figure_path(folder: Path, label: str) -> Path:
+    return Path(folder) / f"interval_widening_{label}.png"
+
+
+def interval_widening(bench: pd.DataFrame, corpus: pd.DataFrame | None, rule, path: Path,
+                      label: str = "cpu") -> Path:
+    """How far each program's compile time strayed, in units of its unwidened interval's
+    log offset, against its distance from the training rows (`interval_widening`'s
+    ratios), with the widened interval's edge (`rule.scale`): points under it are inside."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    if corpus is not None and len(corpus):
+        ax.scatter(corpus["distance"], corpus["ratio"], s=8, color="grey", alpha=0.5,
+                   label=f"corpus libraries held out ({len(corpus)})")
+    for run, part in bench.groupby("bench", sort=True):
+        ax.scatter(part["distance"], part["ratio"], s=18, alpha=0.8,
+                   label=f"{run} ({len(part)})")
+    distances = pd.concat([bench["distance"], corpus["distance"] if corpus is not None
+                           else bench["distance"]])
+    grid = np.linspace(max(distances.min(), 1e-3), distances.max() * 1.05, 200)
+    ax.plot(grid, np.ones_like(grid), "k:", lw=1, label="interval as fitted")
+    ax.plot(grid, rule.scale(grid), "k-", lw=1.5, label="widened interval")
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=1e-2)  # programs a hundredth of their offset off are all alike here
+    ax.set_xlabel("distance from the training rows (mean of 5 nearest, standardized log inputs)")
+    ax.set_ylabel("|log error| / interval log offset")
+    ax.set_title(f"{label}: which programs fall outside the 90% interval")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

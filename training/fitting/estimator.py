@@ -27,6 +27,7 @@ from sklearn.ensemble import HistGradientBoostingRegressor
 
 from costmodel.features import MODEL_FEATURES
 from costmodel.models.forest import FlatForest
+from costmodel.models.novelty import Novelty
 from costmodel.models.predictor import (
     LOG_OFFSETS,
     TARGETS,
@@ -242,7 +243,8 @@ class CompileCostModel:
         self.predictor_ = Predictor(
             feature_names=tuple(self.feature_names_in_), targets=fitted,
             tree_exclude=self.tree_exclude, reference_power=self.reference_power_,
-            reference_seconds=self.reference_seconds_, recipe=self.get_params())
+            reference_seconds=self.reference_seconds_, recipe=self.get_params(),
+            novelty=Novelty.of(table.values[:, :len(self.feature_names_in_)]))
         return self
 
     def get_params(self) -> dict:

@@ -1,0 +1,110 @@
+"""How far a program lies from the training rows (`costmodel.models.novelty`), and models
+that carry it."""
+
+import io
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from costmodel.models import load_default
+from costmodel.models.novelty import NEIGHBORS, SPREAD_FLOOR, Novelty, Widening
+from costmodel.models.predictor import Predictor
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def brute_force(train: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    logs = np.log1p(train)
+    center, spread = logs.mean(0), np.maximum(logs.std(0), SPREAD_FLOOR)
+    reference = np.unique((logs - center) / spread, axis=0)
+    standardized = (np.log1p(rows) - center) / spread
+    out = []
+    for row in standardized:
+        distances = np.sort(np.sqrt(((reference - row) ** 2).sum(1)))
+        out.append(distances[:NEIGHBORS].mean())
+    return np.array(out)
+
+
+def test_the_distance_is_the_mean_over_the_nearest_training_rows():
+    rng = np.random.default_rng(1)
+    train = rng.integers(0, 1000, size=(300, 6)).astype(float)
+    rows = np.vstack([train[:3], rng.integers(0, 10**6, size=(4, 6))])
+    novelty = Novelty.of(train)
+    assert novelty.distance(rows) == pytest.approx(brute_force(train, rows), rel=2e-3)
+    # programs of counts a thousand times past the training rows lie farther than theirs
+    assert novelty.distance(rows[3:]).min() > novelty.distance(rows[:3]).max()
+
+
+def test_an_input_constant_over_the_training_rows_moves_the_distance_by_its_floor():
+    train = np.column_stack([np.arange(100.0), np.zeros(100)])
+    novelty = Novelty.of(train)
+    assert novelty.spread[1] == SPREAD_FLOOR
+    near, unseen = novelty.distance(np.array([[50.0, 0.0], [50.0, np.e - 1]]))
+    # one e-fold of an input the rows never varied adds 1 / floor in that direction
+    assert np.sqrt(unseen ** 2 - near ** 2) == pytest.approx(1 / SPREAD_FLOOR, rel=0.05)
+
+
+def test_distances_of_the_shipped_model_rank_strangers_farther():
+    """The outside libraries' programs (no training row holds them) against training rows'
+    own inputs: every one of the latter lies nearer than the median stranger."""
+    from costmodel.training.fitting.fit import features_frame, select_rows
+    from costmodel.training.store import dataset
+
+    predictor = load_default("cpu").predictor
+    rows = select_rows(dataset.load([ROOT / "training/data/cpu/rows.parquet"]), "cpu")
+    own = predictor.distance(features_frame(rows).head(200))
+    results = json.loads((ROOT / "bench/results/outside_libraries.json").read_text())["results"]
+    strangers = predictor.distance([row["model_inputs"] for row in results])
+    # a training row is its own nearest neighbour: the mean over five is small
+    assert np.median(own) < 2.0 < np.median(strangers)
+    assert strangers.max() > 15
+
+
+def test_a_model_saved_with_novelty_and_widening_loads_the_same():
+    predictor = load_default("cpu").predictor
+    assert predictor.novelty is not None and predictor.widening.uses_distance
+    buffer = io.BytesIO()
+    predictor.save(buffer)
+    buffer.seek(0)
+    loaded = Predictor.load(buffer)
+    assert loaded.widening == predictor.widening
+    assert loaded.novelty.reference.dtype == np.float16
+    inputs = [json.loads((ROOT / "bench/results/outside_libraries.json").read_text()
+                         )["results"][i]["model_inputs"] for i in range(3)]
+    assert loaded.predict(inputs)["compile_seconds"]["hi"] == pytest.approx(
+        predictor.predict(inputs)["compile_seconds"]["hi"])
+
+
+def test_a_format_1_model_loads_and_says_why_it_has_no_distances():
+    predictor = replace(load_default("gpu", "h100").predictor, novelty=None, widening=None)
+    arrays = predictor.arrays()
+    meta = json.loads(str(arrays["meta"][()]))
+    meta["format"] = 1
+    del meta["novelty"], meta["widening"]
+    arrays["meta"] = np.array(json.dumps(meta))
+    old = Predictor.from_arrays(arrays)
+    assert old.novelty is None and old.widening is None
+    with pytest.raises(ValueError, match="format 1"):
+        old.distance([{name: 1.0 for name in old.feature_names}])
+    meta["format"] = 3
+    arrays["meta"] = np.array(json.dumps(meta))
+    with pytest.raises(ValueError, match="reads formats 1, 2"):
+        Predictor.from_arrays(arrays)
+
+
+def test_a_fitted_estimator_keeps_its_training_rows():
+    from costmodel.training.fitting.fit import features_frame, select_rows, train
+    from costmodel.training.store import dataset
+
+    rows = select_rows(dataset.load([ROOT / "training/data/cpu/rows.parquet"]), "cpu")
+    small = rows[rows["family"].isin(["loop", "mlp"])].reset_index(drop=True)
+    model = train(small, "cpu", max_iter=5)
+    values = features_frame(small).to_numpy(float)
+    assert model.predictor.novelty.distance(values) == pytest.approx(
+        Novelty.of(values).distance(values))
+    assert model.predictor.widening is None
+    assert Widening().scale(model.predictor.distance(features_frame(small).head(2))) == \
+        pytest.approx([1.0, 1.0])
