@@ -152,7 +152,7 @@ def predict_features(features: Features, model=None) -> Prediction:
             f"model {artifact.path} predicts for {_where(artifact.backend, artifact.target)}, "
             f"not {_where(features.backend, features.target)}")
     inputs = features.model_inputs()
-    out = artifact.predict([inputs])
+    out, distance = artifact.predictor.predict_with_distance([inputs])
     scale = load_calibration().scale  # this machine's (`costmodel calibrate`)
 
     def triple(name: str, factor: float = 1.0) -> tuple[float, tuple[float, float]]:
@@ -165,12 +165,11 @@ def predict_features(features: Features, model=None) -> Prediction:
     seconds, seconds_iv = triple("compile_seconds", scale)
     rss, rss_iv = triple("peak_rss_bytes")
     exe, exe_iv = triple("executable_memory_bytes")
-    distance = (None if artifact.predictor.novelty is None
-                else float(artifact.predictor.distance([inputs])[0]))
     return Prediction(seconds, seconds_iv, rss, rss_iv, exe, exe_iv,
                       backend=features.backend, target=features.target,
                       model_version=artifact.version, calibration_scale=scale,
-                      distance_from_training=distance, features=features, _artifact=artifact)
+                      distance_from_training=None if distance is None else float(distance[0]),
+                      features=features, _artifact=artifact)
 
 
 def predict_stablehlo(text: str, backend: str | None = "cpu", target: str | None = None,

@@ -155,17 +155,26 @@ class Predictor:
         Returns:
             `{target: {"point", "lo", "hi"}}`, each an array with one value per row of X.
         """
+        return self.predict_with_distance(X, want_distance=False)[0]
+
+    def predict_with_distance(self, X, want_distance: bool = True
+                              ) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray | None]:
+        """`predict` and each row's `distance` from the training rows, measured once for
+        both (None for a model saved without its training rows, or when not wanted and
+        the widening does not need it)."""
         table = self.table(X)
+        needed = self.widening is not None and self.widening.uses_distance
+        distance = (self.distance(table) if self.novelty is not None
+                    and (want_distance or needed) else None)
         out = {}
         for target, z in self._log_points(table).items():
             lo, hi = self.targets[target].interval_offsets(z)
             if target == WIDENED_TARGET and self.widening is not None:
-                scale = self.widening.scale(self.distance(table) if self.widening.uses_distance
-                                            else np.zeros(len(z)))
+                scale = self.widening.scale(distance if needed else np.zeros(len(z)))
                 lo, hi = lo * scale, hi * scale
             out[target] = {"point": from_log(target, z), "lo": from_log(target, z + lo),
                            "hi": from_log(target, z + hi)}
-        return out
+        return out, distance
 
     def distance(self, X) -> np.ndarray:
         """How far each row of X (or of its `table`) lies from the training rows
