@@ -38,6 +38,11 @@ class Prediction(BaseModel):
     target: str
     model_version: str
     calibration_scale: float
+    distance_from_training: float | None = Field(
+        None, description="how far the program lies from the model's training programs (mean "
+        "distance to the 5 nearest, standardized log counts; about 2 for a training program, "
+        "above the model card's onset the compile-time interval widens); null for a model "
+        "saved without its training rows")
 
 
 class PredictResponse(BaseModel):

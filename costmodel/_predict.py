@@ -58,6 +58,10 @@ class Prediction:
     target: str
     model_version: str
     calibration_scale: float = 1.0
+    # How far the program's model inputs lie from every training row (`models.novelty`;
+    # None for a model saved without them): past the model's widening onset its
+    # compile-time interval is wider.
+    distance_from_training: float | None = None
     features: Features | None = field(default=None, repr=False, compare=False)
     _artifact: Any = field(default=None, repr=False, compare=False)
 
@@ -81,6 +85,7 @@ class Prediction:
             "target": self.target,
             "model_version": self.model_version,
             "calibration_scale": self.calibration_scale,
+            "distance_from_training": self.distance_from_training,
         }
 
     def explain(self, top: int = 5) -> list[tuple[str, float]]:
@@ -160,10 +165,12 @@ def predict_features(features: Features, model=None) -> Prediction:
     seconds, seconds_iv = triple("compile_seconds", scale)
     rss, rss_iv = triple("peak_rss_bytes")
     exe, exe_iv = triple("executable_memory_bytes")
+    distance = (None if artifact.predictor.novelty is None
+                else float(artifact.predictor.distance([inputs])[0]))
     return Prediction(seconds, seconds_iv, rss, rss_iv, exe, exe_iv,
                       backend=features.backend, target=features.target,
                       model_version=artifact.version, calibration_scale=scale,
-                      features=features, _artifact=artifact)
+                      distance_from_training=distance, features=features, _artifact=artifact)
 
 
 def predict_stablehlo(text: str, backend: str | None = "cpu", target: str | None = None,

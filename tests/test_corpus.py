@@ -32,9 +32,10 @@ def test_synthetic_corpus_is_large_enough():
     synthetic = {name: f for name, f in corpus.FAMILIES.items() if not f.library}
     assert len(synthetic) >= 49
     # constant_fold's sizes are bounded by what XLA's interpreter folds in under ~10 s;
-    # the calibration set is what `costmodel calibrate` times, a minute in all
+    # the calibration set is what `costmodel calibrate` times, a minute in all; a tree
+    # search of 16 stages compiles in tens of seconds
     small = {name: len(f.grid) for name, f in synthetic.items() if len(f.grid) < 50}
-    assert small == {"constant_fold": 27, "calibration_set": 5}
+    assert small == {"constant_fold": 27, "calibration_set": 5, "tree_search": 20}
     assert 2900 <= sum(len(f.grid) for f in synthetic.values()) <= 3000
 
 
@@ -351,3 +352,19 @@ def test_conv3d_convolves_rank_five_volumes():
 def test_a_family_names_its_library_only_after_real_or_outside(tags, library):
     family = corpus.Family("noop", "identity", lambda: (lambda x: x, ()), grid=({},), tags=tags)
     assert family.library == library
+
+
+@pytest.mark.parametrize("stages, rules, selects", [(1, 3, 167), (1, 6, 277), (3, 3, 501)])
+def test_tree_search_holds_its_loops_once_per_stage(stages, rules, selects):
+    """Each stage is its own search: the simulation loop, the descent, the playout and the
+    backup, three deep, and the loops random numbers bring. Under `vmap` the move rules'
+    switch and the game-over cond take a batched index: every rule is computed and
+    selected (37 selects a rule)."""
+    from costmodel.features import extract
+
+    fn, args = corpus.build("tree_search", {"batch": 4, "board": 3, "simulations": 4,
+                                             "depth": 2, "rollout": 3, "rules": rules,
+                                             "stages": stages})
+    feats = extract(fn, *args)
+    assert (feats["while_count"], feats["while_max_depth"]) == (12 * stages, 3)
+    assert (feats["case_count"], feats["op_select"]) == (0, selects)

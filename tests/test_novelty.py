@@ -108,3 +108,36 @@ def test_a_fitted_estimator_keeps_its_training_rows():
     assert model.predictor.widening is None
     assert Widening().scale(model.predictor.distance(features_frame(small).head(2))) == \
         pytest.approx([1.0, 1.0])
+
+
+def test_a_prediction_reports_its_distance_and_far_programs_get_wider_intervals():
+    """An unrolled tanh-matmul loop (the corpus's `loop` family is this) lies near the
+    training rows and keeps its fitted interval; an FFT, a sort and a determinant of a
+    complex vector lie past the CPU model's onset and get a wider one."""
+    import jax.numpy as jnp
+
+    import costmodel
+
+    def loop(x, w):
+        for _ in range(50):
+            x = jnp.tanh(x @ w)
+        return x
+
+    def odd(z):
+        return jnp.sort(jnp.fft.fft(z).real)[::-1].cumsum() + jnp.linalg.det(
+            jnp.outer(z.real, z.imag)[:8, :8])
+
+    near = costmodel.predict(loop, jnp.ones((8, 64)), jnp.ones((64, 64)))
+    far = costmodel.predict(odd, jnp.ones((4096,), jnp.complex64))
+    rule = load_default("cpu").predictor.widening
+    assert near.distance_from_training == pytest.approx(1.19, abs=0.01)
+    assert far.distance_from_training == pytest.approx(9.31, abs=0.01)
+    assert near.distance_from_training < rule.onset < far.distance_from_training
+    assert far.to_dict()["distance_from_training"] == far.distance_from_training
+    # log width over the fitted band's: the far program's grows by d / onset
+    unwidened = replace(load_default("cpu").predictor, widening=None)
+    for prediction, scale in ((near, 1.0), (far, far.distance_from_training / rule.onset)):
+        fitted = unwidened.predict([prediction.features.model_inputs()])["compile_seconds"]
+        lo, hi = prediction.compile_seconds_interval
+        assert np.log(hi / prediction.compile_seconds) == pytest.approx(
+            scale * np.log(fitted["hi"][0] / fitted["point"][0]))
