@@ -20,8 +20,9 @@ from typing import Any
 # materializes (minor dimension of 128 or more, more than 8 operands) do not fuse, and a
 # slice is pushed through elementwise ops only when it reaches a concatenate; 10: slices are
 # not pushed through elementwise ops at all, XLA:CPU materializes a concatenate or pad read
-# more than once, and the concatenate rules apply to XLA:CPU only
-SCHEMA_VERSION = 10
+# more than once, and the concatenate rules apply to XLA:CPU only; 11: equal ops merged
+# before fusing (XLA's CSE)
+SCHEMA_VERSION = 11
 
 # Coarse op categories shared by the jaxpr and StableHLO extractors.
 CATEGORIES = (

@@ -386,10 +386,11 @@ def test_fanout_counts_a_weight_reused_by_every_step():
 
 def test_elementwise_chain_is_one_fusion_weighted_by_op_cost():
     feats = F.extract(unrolled(10), X)
-    # sin, mul, add and the broadcast of 2.0 per step; the constants do not fuse
-    assert (feats["fusion_groups"], feats["fusion_max_size"]) == (1, 40)
-    # sin weighs 4 (transcendental), the rest 1: (10 * 4 + 30) ** 2
-    assert feats["fusion_cost_squares"] == 70 ** 2
+    # sin, mul and add per step, and one broadcast of 2.0: every step broadcasts the same
+    # constant, and XLA's CSE (as the emulator's) merges the ten; the constants do not fuse
+    assert (feats["fusion_groups"], feats["fusion_max_size"]) == (1, 31)
+    # sin weighs 4 (transcendental), the rest 1: (10 * 4 + 21) ** 2
+    assert feats["fusion_cost_squares"] == 61 ** 2
 
 
 def _shared_then_split(first):
@@ -423,10 +424,10 @@ def _running_sum(step, layers=4):
 def test_running_sum_over_a_broadcast_is_recomputed_in_every_later_fusion():
     # g + 1.0 reads one array (the 1.0 is a broadcast): like XLA, each partial sum is
     # materialized for its dot and also recomputed in the fusion of every later sum, so
-    # fusion k holds k adds and k broadcasts
+    # fusion k holds k adds and the one broadcast (CSE merges the steps' broadcasts of 1.0)
     feats = F.extract(_running_sum(lambda g, x: g + 1.0), X, X)
-    assert (feats["fusion_groups"], feats["fusion_max_size"]) == (4, 8)
-    assert feats["fusion_cost_squares"] == 2 ** 2 + 4 ** 2 + 6 ** 2 + 8 ** 2
+    assert (feats["fusion_groups"], feats["fusion_max_size"]) == (4, 5)
+    assert feats["fusion_cost_squares"] == 2 ** 2 + 3 ** 2 + 4 ** 2 + 5 ** 2
     # g + x reads two arrays: materialized once, never recomputed
     binary = F.extract(_running_sum(lambda g, x: g + x), X, X)
     assert (binary["fusion_groups"], binary["fusion_max_size"]) == (4, 1)
@@ -710,3 +711,18 @@ def test_fusion_runs_through_inner_jits_as_xla_inlines_them():
     # one fusion of 8 ops either way: the call does not cut the chain
     assert (called["fusion_groups"], called["fusion_max_size"]) == (1, 8)
     assert (plain["fusion_groups"], plain["fusion_max_size"]) == (1, 8)
+
+
+def test_equal_ops_are_merged_before_fusing():
+    def twice(x):
+        return jnp.sin(x * 2.0) + jnp.sin(x * 2.0)
+    def once(x):
+        s = jnp.sin(x * 2.0)
+        return s + s
+    # XLA's CSE makes the two one module: a fusion of broadcast, multiply, sin and add
+    assert F.extract(twice, X)["fusion_max_size"] == F.extract(once, X)["fusion_max_size"] == 4
+
+    def complex_twice(z):  # constants whose values the bindings cannot hand out
+        return z * (2.0 + 0j) + z * (2.0 + 0j) + (3.0 + 1j)
+    feats = F.extract(complex_twice, jax.ShapeDtypeStruct((8,), jnp.complex64))
+    assert (feats["fusion_groups"], feats["fusion_max_size"]) == (1, 5)

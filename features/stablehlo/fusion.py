@@ -66,6 +66,7 @@ class Fusions:
         self._bypassed: set = set()  # ops a resolved slice no longer reads through
         self._copies: dict = {}  # (value, layout) -> its layout copy for a dot
         self._same_index: set = set()  # fusible ops that read operands at their own index
+        self._seen: dict = {}  # (op kind, operands' producers) -> its results (`merged`)
 
     def visit(self, operands: list, results: list, name: str, weight: float | None,
               rank: int | None) -> None:
@@ -94,6 +95,19 @@ class Fusions:
                                        self._xla_cpu and name in SINGLE_USE_HLO)
             if name in SAME_INDEX_HLO:
                 self._same_index.add(position)
+
+    def merged(self, key, operands: list, results: list) -> bool:
+        """Whether an op like this one (`key`: its name, attributes and result types) was
+        visited with the same operands; if so its results stand for `results` (XLA's CSE
+        merges the two before fusing)."""
+        full = (key, tuple(self._producer.get(operand, operand) for operand in operands))
+        first = self._seen.get(full)
+        if first is None:
+            self._seen[full] = results
+            return False
+        for result, earlier in zip(results, first):
+            self.alias(result, earlier)
+        return True
 
     def layout_copy(self, value, layout, rank: int | None):
         """The copy of `value` in `layout` that XLA:CPU makes for a dot's library call:

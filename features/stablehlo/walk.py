@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from ..categories import FUSIBLE_HLO, HLO_STRUCTURAL
 from .contractions import transposed_dot_operands
 from .fusion import Fusions, fusion_weight, rank
@@ -137,6 +139,12 @@ class Walker:
                 operands[index] = fusions.layout_copy(
                     operands[index], layout, rank([self.tensor(op.operands[index].type)]))
         weight = fusion_weight(name, infos, op, self.xla_cpu)
+        if (weight is not None or _small_constant(name, infos)) and not op.regions:
+            # XLA's CSE merges equal ops before it fuses (JAX writes a constant and its
+            # broadcast for every scalar operand)
+            key = (name, _attributes(op), tuple(str(result.type) for result in op.results))
+            if fusions.merged(key, operands, results):
+                return
         fusions.visit(operands, results, name, weight, rank(infos))
 
 
@@ -145,3 +153,22 @@ def _chain_end(results: list, chain_to: dict, length: int) -> int:
     for result in results:
         chain_to[result] = length
     return length
+
+
+# Constants CSE compares by value (larger ones are left as they are: printing them is slow
+# and programs rarely repeat them).
+CSE_CONSTANT_ELEMENTS = 64
+
+
+def _small_constant(name: str, infos: list) -> bool:
+    return name == "constant" and all(
+        info is not None and info.elements <= CSE_CONSTANT_ELEMENTS for info in infos)
+
+
+def _attributes(op) -> tuple:
+    """An op's attributes as text, to compare ops by (the bindings cannot hand out some,
+    e.g. a complex constant's value: then the op's printed form without its values' names)."""
+    try:
+        return tuple((name, str(op.attributes[name])) for name in op.attributes)
+    except TypeError:
+        return (re.sub(r"%[^\s,:)\]]+", "", op.get_asm(print_generic_op_form=True)),)
