@@ -134,9 +134,12 @@ def test_a_prediction_reports_its_distance_and_far_programs_get_wider_intervals(
     assert far.distance_from_training == pytest.approx(9.31, abs=0.01)
     assert near.distance_from_training < rule.onset < far.distance_from_training
     assert far.to_dict()["distance_from_training"] == far.distance_from_training
-    # log width over the fitted band's: the far program's grows by d / onset
+    # log width over the fitted band's: the far program's grows by (d / onset) ** 0.5
+    assert rule.power == 0.5
     unwidened = replace(load_default("cpu").predictor, widening=None)
-    for prediction, scale in ((near, 1.0), (far, far.distance_from_training / rule.onset)):
+    far_scale = (far.distance_from_training / rule.onset) ** 0.5
+    assert far_scale == pytest.approx(1.30, abs=0.01)
+    for prediction, scale in ((near, 1.0), (far, far_scale)):
         fitted = unwidened.predict([prediction.features.model_inputs()])["compile_seconds"]
         lo, hi = prediction.compile_seconds_interval
         assert np.log(hi / prediction.compile_seconds) == pytest.approx(
