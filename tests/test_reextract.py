@@ -43,3 +43,31 @@ def test_families_a_module_registers_are_re_extracted(tmp_path):
     fresh, dropped = reextract(rows, progress=False, modules=(str(module),))
     assert dropped == [] and fresh.loc[0, "f_hlo_ops_inlined"] == 5.0
     assert "my_tanh_chain" not in corpus.FAMILIES
+
+
+def test_failed_measurements_that_do_not_lower_are_kept_and_the_rest_written_aside(tmp_path):
+    """A row whose measurement failed and whose program does not lower here keeps its
+    place unchanged (the deviceless H100 rows of programs that ask for a GPU); a measured
+    row that no longer lowers is written beside the output, with why, not lost."""
+    from costmodel.training.measure.reextract import main
+
+    rows = pd.DataFrame([
+        {"key": "ok|{}", "family": "loop", "params": json.dumps(PARAMS), "backend": "cpu",
+         "target": "", "status": "ok", "compile_seconds": 0.25, "f_hlo_ops_inlined": -1.0},
+        {"key": "failed|{\"a\": 1}", "family": "no_such_family", "params": "{}",
+         "backend": "cpu", "target": "", "status": "error", "compile_seconds": None,
+         "f_hlo_ops_inlined": None},
+        {"key": "gone|{\"b\": 2}", "family": "no_such_family", "params": "{}",
+         "backend": "cpu", "target": "", "status": "ok", "compile_seconds": 3.5,
+         "f_hlo_ops_inlined": 7.0},
+    ])
+    path = tmp_path / "rows.parquet"
+    rows.to_parquet(path, index=False)
+    assert main([str(path)]) == 0
+    fresh = pd.read_parquet(path)
+    assert list(fresh["key"]) == ["ok|{}", "failed|{\"a\": 1}"]
+    assert fresh["f_hlo_ops_inlined"].iloc[0] == 6.0 and pd.isna(fresh["f_hlo_ops_inlined"].iloc[1])
+    aside = pd.read_parquet(tmp_path / "rows.left_out.parquet")
+    assert list(aside["key"]) == ["gone|{\"b\": 2}"] and aside["compile_seconds"].iloc[0] == 3.5
+    assert aside["f_hlo_ops_inlined"].iloc[0] == 7.0
+    assert aside["left_out_why"].iloc[0].startswith("UnknownFamilyError: unknown family")

@@ -2,8 +2,13 @@
 
 Labels are measurements and stay; features are a function of the program alone, so each
 row's program is rebuilt from its family and params and lowered again (never compiled),
-for the same backend and target, through the extractor the sweep uses. Rows whose family
-is unknown here, or whose program no longer lowers, are reported and left out.
+for the same backend and target, through the extractor the sweep uses. A row whose
+measurement failed (status other than ok) and whose program does not lower here either
+is kept as it was: it never had features, and its failure is the record (45 deviceless
+H100 rows of programs that ask for a GPU while tracing). Rows whose family is unknown
+here, or whose measured program no longer lowers, are reported and left out of the
+written rows; the command writes them beside (`NAME.left_out.parquet`, with why), so
+overwriting a dataset loses no measurement.
 
 Each family lowers in a fresh process, as it does in a sweep: a long-lived process that
 has lowered hundreds of other programs lowers some library programs differently (seen:
@@ -63,7 +68,8 @@ def _lower_group(backend: str, target: str, rows: list[tuple[str, str, str]],
 def reextract(data: pd.DataFrame, progress: bool = True, modules: tuple[str, ...] = ()
               ) -> tuple[pd.DataFrame, list[str]]:
     """`data` with every feature column recomputed, and the keys of rows left out (why);
-    `modules` register families defined outside the corpus (a bench's programs)."""
+    `modules` register families defined outside the corpus (a bench's programs). Failed
+    measurements that do not lower are kept unchanged (module docstring)."""
     from tqdm import tqdm
 
     groups: dict[tuple[str, str, str], list] = {}
@@ -71,6 +77,7 @@ def reextract(data: pd.DataFrame, progress: bool = True, modules: tuple[str, ...
         place = (row.backend, row.target or "", row.family)
         groups.setdefault(place, []).append((row.key, row.family, row.params))
     cells: dict[str, dict] = {}
+    failed = set(data["key"][data["status"] != "ok"]) if "status" in data else set()
     dropped = []
     # one process per family: spawned, never reused, so no family sees another's state
     context = multiprocessing.get_context("spawn")
@@ -79,16 +86,27 @@ def reextract(data: pd.DataFrame, progress: bool = True, modules: tuple[str, ...
             with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
                 done = pool.submit(_lower_group, backend, target, rows, modules).result()
             for key, features, why in done:
-                if features is None:
-                    dropped.append(f"{key}: {why}")
-                else:
+                if features is not None:
                     cells[key] = features
+                elif key in failed:
+                    cells[key] = {}  # kept as it was
+                else:
+                    dropped.append(f"{key}: {why}")
             bar.update(len(rows))
     updated = [{**row, **cells[row["key"]]} for row in data.to_dict("records")
                if row["key"] in cells]
     # the rows' own column order, then any feature column the schema has added
     columns = list(dict.fromkeys([*data.columns, *(updated[0] if updated else ())]))
     return pd.DataFrame(updated, columns=columns), dropped
+
+
+def left_out(data: pd.DataFrame, fresh: pd.DataFrame, dropped: list[str]) -> pd.DataFrame:
+    """The rows of `data` that `reextract` left out of `fresh`, unchanged, each with its
+    line of `dropped` ("KEY: why") as `left_out_why` (keys hold ": " themselves)."""
+    aside = data[~data["key"].isin(set(fresh["key"]))]
+    why = [next((line[len(key) + 2:] for line in dropped if line.startswith(f"{key}: ")), "")
+           for key in aside["key"]]
+    return aside.assign(left_out_why=why)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or args.data)
     fresh.to_parquet(out, index=False)
     print(f"{len(fresh)} rows re-extracted, {len(dropped)} left out -> {out}")
+    if dropped:
+        aside = out.with_name(out.name.removesuffix(".parquet") + ".left_out.parquet")
+        left_out(data, fresh, dropped).to_parquet(aside, index=False)
+        print(f"the rows left out, as they were, with why -> {aside}")
     return 0
 
 
