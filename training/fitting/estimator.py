@@ -62,10 +62,11 @@ DRIFT_TERMS = ("hlo_ops_inlined", "hlo_ops_trip_weighted")
 # Host memory too follows the fused ops (XLA compiles each fusion as one LLVM function)
 # better than loop-weighted op counts and tensor sizes. Schema 11, against (ops, ops x
 # trips, elements): CPU library held out median fold 1.313 -> 1.289, p90 2.18 -> 2.00,
-# Spearman 0.877 -> 0.899; the outside-libraries runs' mean |log error| 0.406 -> 0.332 and
-# 0.412 -> 0.340 (median 1.315 -> 1.286, 1.435 -> 1.328); H100 held out 1.218 either way,
-# p90 1.71 -> 1.67, Spearman 0.934 -> 0.954, its outside run 0.337 -> 0.315 (median
-# 1.261 -> 1.331). Adding elements, ops x trips or the fusion count back did worse on both.
+# Spearman 0.877 -> 0.899; the outside-libraries runs' mean |log error| (of MB + 1)
+# 0.406 -> 0.332 and 0.412 -> 0.340 (median 1.315 -> 1.286, 1.435 -> 1.328); H100 held out
+# 1.218 either way, p90 1.71 -> 1.67, Spearman 0.934 -> 0.954, its outside run 0.337 ->
+# 0.315 (median 1.261 -> 1.331). Adding elements, ops x trips or the fusion count back did
+# worse on both.
 BASELINE_TERMS = {
     "compile_seconds": ("hlo_ops_inlined", "fused_ops"),
     "peak_rss_bytes": ("hlo_ops_inlined", "fused_ops"),
