@@ -15,6 +15,9 @@ Two steps, so the timing step runs alone on the machine:
     python bench/outside_libraries.py measure --out DIR [--calibration-rounds 3]  # resumable
     python bench/outside_libraries.py score --out DIR [--json OUT.json]
 
+`--programs FILE` measures another file's `OUTSIDE_FAMILIES` the same way (e.g.
+`bench/failure_class_programs.py`: programs of the kinds issue #19 saw mispredicted).
+
 `score` reports compile seconds uncalibrated and calibrated (the factor `costmodel
 calibrate` wrote before the programs), peak host memory, and the op-count power laws fitted
 leave-one-out on these programs themselves (a baseline that has seen the suite). With
@@ -47,12 +50,13 @@ from costmodel.training.measure.user_modules import import_module_or_file
 PROGRAMS_FILE = Path(__file__).with_name("outside_programs.py")
 
 
-def measure(out: Path, rounds: int, only: list[str] | None = None, target: str = "") -> None:
-    module = import_module_or_file(str(PROGRAMS_FILE))
+def measure(out: Path, rounds: int, only: list[str] | None = None, target: str = "",
+            programs_file: Path = PROGRAMS_FILE) -> None:
+    module = import_module_or_file(str(programs_file))
     programs = [(family.name, params) for family in module.OUTSIDE_FAMILIES
                 for params in family.grid if not only or family.name in only]
     print(f"{len(programs)} programs from {len(module.OUTSIDE_FAMILIES)} families", flush=True)
-    modules = (str(PROGRAMS_FILE),)
+    modules = (str(programs_file),)
     if target:
         measure_rows(out, programs, "gpu", target, modules=modules)
     else:
@@ -197,10 +201,12 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=None, help="measure: these families")
     parser.add_argument("--target", default="", help="a GPU target (h100) instead of CPU")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--programs", type=Path, default=PROGRAMS_FILE,
+                        help="measure: the file whose OUTSIDE_FAMILIES to measure")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.step == "measure":
-        measure(args.out, args.calibration_rounds, args.only, args.target)
+        measure(args.out, args.calibration_rounds, args.only, args.target, args.programs)
     else:
         report = score(args.out, args.target)
         _print(report)
