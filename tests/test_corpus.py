@@ -347,9 +347,10 @@ def test_conv3d_convolves_rank_five_volumes():
 @pytest.mark.parametrize("tags, library", [
     (("real", "flax"), "flax"),            # a real-program corpus family
     (("outside", "jax-md"), "jax-md"),     # bench/outside_programs.py: never trained on
+    (("probe", "flax"), "flax"),           # bench/failure_class_programs.py
     (("seed",), ""), (("outside",), ""), ((), ""),
 ])
-def test_a_family_names_its_library_only_after_real_or_outside(tags, library):
+def test_a_family_names_its_library_only_after_real_outside_or_probe(tags, library):
     family = corpus.Family("noop", "identity", lambda: (lambda x: x, ()), grid=({},), tags=tags)
     assert family.library == library
 

@@ -80,9 +80,10 @@ class Family:
     @property
     def library(self) -> str:
         """The public library a real-program family is built from: the tag after "real"
-        (evaluation holds out a library's programs together) or "outside" (a bench's
-        programs from libraries kept out of training); "" for synthetic families."""
-        if self.tags[:1] in (("real",), ("outside",)) and len(self.tags) > 1:
+        (evaluation holds out a library's programs together), "outside" (a bench's
+        programs from libraries kept out of training) or "probe" (a bench's programs of
+        kinds the model once mispredicted); "" for synthetic families."""
+        if self.tags[:1] in (("real",), ("outside",), ("probe",)) and len(self.tags) > 1:
             return self.tags[1]
         return ""
 
