@@ -21,7 +21,7 @@ import numpy as np
 from jax import lax
 from jax.scipy import special
 
-from costmodel.training.corpus.registry import Family, register, sds
+from costmodel.training.corpus.registry import register_builders, sds
 
 
 def lru_stack_step(layers: int, length: int, width: int = 64, state: int = 128,
@@ -142,15 +142,5 @@ LIBRARIES = {"lru_stack_step": "jax", "flax_transformer_step": "flax",
              "special_function_grad": "jax.scipy", "captured_tables_product": "jax"}
 
 
-def _families() -> tuple[Family, ...]:
-    grids: dict = {}
-    for builder, params in PROGRAMS:
-        grids.setdefault(builder, []).append(params)
-    return tuple(register(Family(f"probe_{builder.__name__}", builder.__doc__.splitlines()[0],
-                                 builder, tuple(grid),
-                                 tags=("probe", LIBRARIES[builder.__name__])))
-                 for builder, grid in grids.items())
-
-
 # named as `bench/outside_programs.py` names its families, so that bench measures these
-OUTSIDE_FAMILIES = _families()
+OUTSIDE_FAMILIES = register_builders(PROGRAMS, "probe", LIBRARIES)

@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from costmodel.training.corpus.registry import Family, register, sds
+from costmodel.training.corpus.registry import register_builders, sds
 
 
 def f32(*shape) -> jax.ShapeDtypeStruct:
@@ -1245,15 +1245,6 @@ LIBRARIES = {"evosax": "evosax", "pgx": "pgx", "rlax": "rlax", "gymnax": "gymnax
              "distrax": "distrax", "mctx": "mctx", "jraph": "jraph", "jaxmd": "jax-md",
              "ott": "ott-jax", "jaxopt": "jaxopt", "pix": "dm-pix"}
 
-
-def _families() -> tuple[Family, ...]:
-    grids: dict = {}
-    for builder, params in PROGRAMS:
-        grids.setdefault(builder, []).append(params)
-    return tuple(register(Family(f"outside_{builder.__name__}", builder.__doc__.splitlines()[0],
-                                 builder, tuple(grid),
-                                 tags=("outside", LIBRARIES[builder.__name__.split("_")[0]])))
-                 for builder, grid in grids.items())
-
-
-OUTSIDE_FAMILIES = _families()
+OUTSIDE_FAMILIES = register_builders(
+    PROGRAMS, "outside",
+    {builder.__name__: LIBRARIES[builder.__name__.split("_")[0]] for builder, _ in PROGRAMS})

@@ -369,3 +369,28 @@ def test_tree_search_holds_its_loops_once_per_stage(stages, rules, selects):
     feats = extract(fn, *args)
     assert (feats["while_count"], feats["while_max_depth"]) == (12 * stages, 3)
     assert (feats["case_count"], feats["op_select"]) == (0, selects)
+
+
+def test_a_benchs_builders_register_one_family_each_with_its_grid_and_library():
+    from costmodel.training.corpus.registry import FAMILIES, register_builders
+
+    def tanh_chain(n: int):
+        """tanh n times
+        (more text)"""
+        return (lambda x: [x := jax.numpy.tanh(x) for _ in range(n)][-1]), (corpus.sds((8,)),)
+
+    def square(width: int):
+        """x squared"""
+        return (lambda x: x * x), (corpus.sds((width,)),)
+
+    try:
+        chain, sq = register_builders(
+            [(tanh_chain, {"n": 2}), (square, {"width": 4}), (tanh_chain, {"n": 5})],
+            "probe", {"tanh_chain": "jax", "square": "jax.numpy"})
+        assert (chain.name, chain.description, chain.library) == (
+            "probe_tanh_chain", "tanh n times", "jax")
+        assert list(chain.grid) == [{"n": 2}, {"n": 5}] and list(sq.grid) == [{"width": 4}]
+        assert FAMILIES["probe_square"] is sq and sq.library == "jax.numpy"
+    finally:
+        FAMILIES.pop("probe_tanh_chain", None)
+        FAMILIES.pop("probe_square", None)
