@@ -21,8 +21,10 @@ from typing import Any
 # slice is pushed through elementwise ops only when it reaches a concatenate; 10: slices are
 # not pushed through elementwise ops at all, XLA:CPU materializes a concatenate or pad read
 # more than once, and the concatenate rules apply to XLA:CPU only; 11: equal ops merged
-# before fusing (XLA's CSE)
-SCHEMA_VERSION = 11
+# before fusing (XLA's CSE); 12: on XLA:CPU, an expensive op whose single user was
+# duplicated is materialized, and reshapes, same-type converts and unit-dimension
+# broadcasts are bitcasts (no fused instruction)
+SCHEMA_VERSION = 12
 
 # Coarse op categories shared by the jaxpr and StableHLO extractors.
 CATEGORIES = (

@@ -555,6 +555,36 @@ def test_sine_is_recomputed_in_each_fusion_but_exp_is_not():
     assert sine["fusion_cost_squares"] == 8 ** 2 + 6 ** 2
 
 
+def test_an_expensive_op_whose_only_user_is_recomputed_is_computed_once_on_xla_cpu():
+    def shared(x, w):
+        z = jnp.log1p(x) * 2.0  # the multiply feeds three fusions, the log1p only it
+        return jnp.sum(z, axis=0), jnp.max(z + 1.0, axis=1), (z - 3.0) @ w
+    # XLA:CPU (jax 0.10.2) copies the multiply into each user's fusion and keeps the
+    # log1p out of all of them: {sub, mul} and {add, mul} with their broadcasts, {mul,
+    # broadcast}, {log1p} (weight 4) and the dot's two layout copies
+    cpu = F.extract(shared, X, X)
+    assert (cpu["fusion_groups"], cpu["fusion_max_size"]) == (6, 4)
+    assert cpu["fusion_cost_squares"] == 4 ** 2 + 4 ** 2 + 2 ** 2 + 4 ** 2 + 1 + 1
+    # schema 11's rule, kept for the GPU target: the log1p goes wherever its user goes
+    gpu = F.extract(shared, X, X, backend="gpu")
+    assert (gpu["fusion_groups"], gpu["fusion_max_size"]) == (5, 5)
+
+
+def test_reshapes_same_type_converts_and_unit_broadcasts_are_bitcasts_on_xla_cpu():
+    def bitcasts(x):
+        n = jnp.arange(8) * 1.0 + 2.0  # weakly typed: converted to its own type below
+        y = (x * jnp.asarray(n, dtype=jnp.float32)).reshape(64)[:, None]
+        return y + 1.0
+    # one fusion of 14 ops in StableHLO; XLA:CPU's holds 8 (it also drops the multiply
+    # by one): the convert to f32 of an f32, two broadcasts that only add a unit
+    # dimension and the reshape are bitcasts, counted for nothing here
+    cpu = F.extract(bitcasts, X)
+    assert (cpu["fusion_groups"], cpu["fusion_max_size"]) == (1, 10)
+    assert cpu["fusion_cost_squares"] == 10 ** 2
+    gpu = F.extract(bitcasts, X, backend="gpu")
+    assert (gpu["fusion_groups"], gpu["fusion_max_size"]) == (1, 14)
+
+
 def test_a_shared_sum_is_not_recomputed_when_a_path_to_a_user_runs_through_a_dot():
     def through_dot(x, y, w):
         p = x + y  # reads two arrays: XLA recomputes it only if it fuses on all paths

@@ -64,7 +64,10 @@ def test_distances_of_the_shipped_model_rank_strangers_farther():
 
 
 def test_a_model_saved_with_novelty_and_widening_loads_the_same():
-    predictor = load_default("cpu").predictor
+    # the shipped rule is one factor (schema 12); a rule that grows with distance must
+    # survive saving too
+    predictor = replace(load_default("cpu").predictor,
+                        widening=Widening(factor=1.1, onset=5.5, power=0.5))
     assert predictor.novelty is not None and predictor.widening.uses_distance
     buffer = io.BytesIO()
     predictor.save(buffer)
@@ -112,8 +115,10 @@ def test_a_fitted_estimator_keeps_its_training_rows():
 
 def test_a_prediction_reports_its_distance_and_far_programs_get_wider_intervals():
     """An unrolled tanh-matmul loop (the corpus's `loop` family is this) lies near the
-    training rows and keeps its fitted interval; an FFT, a sort and a determinant of a
-    complex vector lie past the CPU model's onset and get a wider one."""
+    training rows; an FFT, a sort and a determinant of a complex vector lie far from them.
+    The shipped CPU rule (schema 12) widens both by one factor; a rule that grows with
+    distance past an onset between them (schema 11 shipped max(1, d / 5.52)^0.5) widens
+    only the far one."""
     import jax.numpy as jnp
 
     import costmodel
@@ -129,18 +134,21 @@ def test_a_prediction_reports_its_distance_and_far_programs_get_wider_intervals(
 
     near = costmodel.predict(loop, jnp.ones((8, 64)), jnp.ones((64, 64)))
     far = costmodel.predict(odd, jnp.ones((4096,), jnp.complex64))
-    rule = load_default("cpu").predictor.widening
     assert near.distance_from_training == pytest.approx(1.19, abs=0.01)
-    assert far.distance_from_training == pytest.approx(9.31, abs=0.01)
-    assert near.distance_from_training < rule.onset < far.distance_from_training
+    assert far.distance_from_training == pytest.approx(9.30, abs=0.01)
     assert far.to_dict()["distance_from_training"] == far.distance_from_training
-    # log width over the fitted band's: the far program's grows by (d / onset) ** 0.5
-    assert rule.power == 0.5
-    unwidened = replace(load_default("cpu").predictor, widening=None)
-    far_scale = (far.distance_from_training / rule.onset) ** 0.5
+    shipped = load_default("cpu").predictor
+    unwidened = replace(shipped, widening=None)
+    by_distance = replace(shipped, widening=Widening(factor=1.0, onset=5.52, power=0.5))
+    far_scale = (far.distance_from_training / 5.52) ** 0.5
     assert far_scale == pytest.approx(1.30, abs=0.01)
     for prediction, scale in ((near, 1.0), (far, far_scale)):
-        fitted = unwidened.predict([prediction.features.model_inputs()])["compile_seconds"]
+        inputs = [prediction.features.model_inputs()]
+        fitted = unwidened.predict(inputs)["compile_seconds"]
+        fitted_width = np.log(fitted["hi"][0] / fitted["point"][0])
         lo, hi = prediction.compile_seconds_interval
         assert np.log(hi / prediction.compile_seconds) == pytest.approx(
-            scale * np.log(fitted["hi"][0] / fitted["point"][0]))
+            shipped.widening.factor * fitted_width)
+        grown = by_distance.predict(inputs)["compile_seconds"]
+        assert np.log(grown["hi"][0] / grown["point"][0]) == pytest.approx(
+            scale * fitted_width)

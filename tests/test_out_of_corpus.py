@@ -68,12 +68,13 @@ def test_a_bench_run_scales_by_the_scored_models_own_reference():
 
 
 @pytest.mark.parametrize("backend, target, memory, spearman", [
-    ("cpu", "", 1.289, 0.899), ("gpu", "h100", 1.218, 0.954)])
+    ("cpu", "", 1.318, 0.901), ("gpu", "h100", 1.218, 0.954)])
 def test_shipped_host_memory_held_out_by_library_beats_the_power_law(backend, target, memory,
                                                                      spearman):
     """The defaults' host memory with each corpus library held out (their manifests: the
     baseline in ops and fused ops; with ops, ops x trips and elements it was 1.313 and
-    1.218, Spearman 0.877 and 0.934), well under the power law fitted on the same folds."""
+    1.218, Spearman 0.877 and 0.934; the schema-11 CPU model had 1.289, Spearman 0.899),
+    well under the power law fitted on the same folds."""
     metrics = load_default(backend, target).manifest["metrics"]["leave_library_out"]
     scores = next(iter(metrics.values()))["peak_rss_bytes"]
     assert scores["costmodel"]["median_fold"] == pytest.approx(memory, abs=0.001)

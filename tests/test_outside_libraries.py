@@ -80,25 +80,26 @@ def test_each_committed_result_is_what_its_committed_run_scores(each_report):
             assert scores == pytest.approx(stored[target][kind]), (target, kind)
 
 
-CPU_MODEL = "cpu-9cc05d83-e7b163"
+CPU_MODEL = "cpu-9cc05d83-ade01e"
 
 
 def test_the_shipped_model_on_libraries_it_never_saw(report):
-    """The figures the note and README give (model cpu-9cc05d83-e7b163, schema 11: XLA's
-    CSE emulated before fusing, host memory following the fused ops, its intervals widened
-    by the benches as programs lie farther from the training rows): a median a little under
-    the op-count power law fitted on these very programs, the largest spline flow
-    over-predicted 2.8 times (5.1 with schema 10), intervals that cover 95% (80% before the
-    widening, which these programs helped fit), host memory under its power law."""
+    """The figures the note and README give (model cpu-9cc05d83-ade01e, schema 12: XLA:CPU's
+    bitcasts and its materialized expensive ops emulated, host memory following the fused
+    ops, its intervals widened x1.08 by the benches): a median a little under the op-count
+    power law fitted on these very programs, the largest spline flow over-predicted 2.4
+    times (2.8 with schema 11, 5.1 with schema 10), intervals that cover 87.5% (82.5%
+    before the widening, which these programs helped fit; schema 11: 95%), host memory
+    under its power law."""
     if report["model"] != CPU_MODEL:
         pytest.skip("figures of the model the run was scored with")
     time = report["compile_seconds"]
-    assert time["calibrated"]["median_fold"] == pytest.approx(1.27, abs=0.005)
+    assert time["calibrated"]["median_fold"] == pytest.approx(1.283, abs=0.001)
     assert time["power_law_leave_one_out"]["median_fold"] == pytest.approx(1.30, abs=0.005)
-    assert time["calibrated"]["coverage_90"] == pytest.approx(0.95, abs=0.005)
-    assert time["calibrated"]["max_fold"] == pytest.approx(2.76, abs=0.01)
+    assert time["calibrated"]["coverage_90"] == pytest.approx(0.875, abs=0.005)
+    assert time["calibrated"]["max_fold"] == pytest.approx(2.37, abs=0.01)
     memory = report["peak_rss_bytes"]
-    assert memory["model"]["median_fold"] == pytest.approx(1.29, abs=0.005)
+    assert memory["model"]["median_fold"] == pytest.approx(1.28, abs=0.005)
     assert memory["power_law_leave_one_out"]["median_fold"] == pytest.approx(1.35, abs=0.005)
 
 
@@ -132,7 +133,7 @@ def test_a_second_pass_moves_the_headline_by_the_machines_drift(bench, report):
                       for r in second["rows"]])
     assert np.median(ratio) == pytest.approx(0.93, abs=0.005)
     assert second["calibration_scale"] == pytest.approx(1.18, abs=0.005)
-    assert second["compile_seconds"]["calibrated"]["median_fold"] == pytest.approx(1.26, abs=0.005)
+    assert second["compile_seconds"]["calibrated"]["median_fold"] == pytest.approx(1.29, abs=0.005)
     assert second["compile_seconds"]["calibrated"]["coverage_90"] == pytest.approx(0.875)
     assert second["compile_seconds"]["power_law_leave_one_out"]["median_fold"] == \
         pytest.approx(1.32, abs=0.005)

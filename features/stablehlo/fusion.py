@@ -11,6 +11,7 @@ from ..categories import (
     UNDUPLICATED_HLO,
 )
 from .slices import resolve, sliced_dimension
+from .tensors import tensor
 
 
 class _LayoutCopy:
@@ -23,7 +24,10 @@ class Fusions:
     """XLA-like loop fusion of one block, from its consumers up.
 
     A fusible op joins its consumers' fusion when they all sit in one. An op with a
-    single consumer goes wherever that consumer's copies go (XLA fuses it first). An op
+    single consumer goes wherever that consumer's copies go, except on XLA:CPU an
+    expensive one (`UNDUPLICATED_HLO`): XLA copies the consumer into each of its users'
+    fusions first and then finds the expensive op read by several, so it materializes
+    it (jax 0.10.2: `log1p(x) * 2` read by three fusions keeps one log1p). An op
     whose consumers sit in several fusions is duplicated into each (XLA recomputes it
     rather than materialize it) unless it is expensive math XLA will not duplicate
     (`UNDUPLICATED_HLO`), or it reads more than one full-size array (the others being
@@ -39,6 +43,8 @@ class Fusions:
     XLA:CPU copies into its library's layout goes through a transpose that fuses
     (`layout_copy`), and the walker visits a called function's ops in place of the call
     (XLA inlines calls before fusing). Anything else is the root of a fusion of its own.
+    On XLA:CPU a reshape, a convert to its own type and a broadcast that only inserts unit
+    dimensions are bitcasts: they fuse but count as no op (`leaves_no_instruction`).
 
     Scored against XLA's optimized modules (`bench/fusion_vs_xla.py`: 223 stored CPU rows,
     3 per family, lowered again), the log of the total fused ops follows the log of XLA's
@@ -213,7 +219,8 @@ class Fusions:
                                or self._reads(position, joined, fusion_of) > 1):
                 targets = {new_fusion()}
             elif users and len(fused) == len(users) and (
-                    len(joined) == 1 or len(users) == 1 or duplicable):
+                    len(joined) == 1 or duplicable
+                    or (len(users) == 1 and (cheap or not self._xla_cpu))):
                 targets = joined
             elif duplicable and unary and joined:
                 targets = joined | {new_fusion()}
@@ -221,26 +228,47 @@ class Fusions:
                 targets = {new_fusion()}
             fusion_of[position] = targets
             for fusion in targets:
-                groups[fusion][0] += 1
+                groups[fusion][0] += weight > 0  # a bitcast is no instruction
                 groups[fusion][1] += weight
                 groups[fusion][2] += indexing
-        return groups
+        return [group for group in groups if group[0]]
 
 
 def fusion_weight(name: str, infos: list, op=None, xla_cpu: bool = True) -> float | None:
     """An op's cost inside a loop fusion (from its name and result types), None if it does
     not fuse (a concatenate XLA:CPU compiles: also from `op`'s operands and dimension;
-    XLA:GPU fuses them all)."""
+    XLA:GPU fuses them all), 0 if XLA:CPU makes it a bitcast."""
     if name not in FUSIBLE_HLO:
         return None
     if name == "concatenate" and xla_cpu and op is not None and not concatenate_fuses(
             len(op.operands), int(op.attributes["dimension"].value), infos):
         return None
+    if xla_cpu and op is not None and leaves_no_instruction(name, op, infos):
+        return 0.0
     dtype = infos[0].dtype if infos and infos[0] is not None else ""
     # transcendental ops expand to tens of instructions; 64-bit and complex math doubles
     weight = 4.0 if name in EXPENSIVE_HLO else 1.0
     return weight * (2.0 if dtype in ("f64", "complex<f64>") else 1.0) \
         * (2.0 if dtype.startswith("complex") else 1.0)
+
+
+def leaves_no_instruction(name: str, op, infos: list) -> bool:
+    """Whether XLA:CPU's simplifier turns the op into a bitcast or removes it: every
+    reshape (row-major layouts), a convert to its own type, a broadcast that only inserts
+    unit dimensions in order. None of these is an instruction in XLA's fusions (113 CPU
+    programs dumped: XLA's fusions held no reshape)."""
+    if name == "reshape":
+        return True
+    if name == "convert":
+        return op.operands[0].type == op.results[0].type
+    if name != "broadcast_in_dim":
+        return False
+    from jax._src.lib.mlir import ir
+
+    source = tensor(op.operands[0].type)
+    dims = list(ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"]))
+    return (source is not None and infos and infos[0] is not None
+            and source.elements == infos[0].elements and dims == sorted(dims))
 
 
 def concatenate_fuses(operands: int, dimension: int, infos: list) -> bool:
