@@ -63,8 +63,9 @@ def test_the_committed_result_is_what_the_committed_run_scores(run):
                 assert report["calibrated_over_same_machine"][view][name] == pytest.approx(kinds)
     # as measured on 2026-12-02: the machines compile these programs about equally fast
     # (here over there, as measured, median 0.96, 0.89, 0.88 and 0.86); scaled by the
-    # reference speed, the schema-10 model's median fold on the AMD machine's steady
-    # seconds is 1.05-1.08x its same-machine median fold (1.15)
+    # reference speed, the schema-12 model's median fold on the AMD machine's steady
+    # seconds is 0.98-1.05x its same-machine median fold (1.18; schema 10: 1.05-1.08x
+    # of 1.15)
     assert 0.85 < report["here_over_there_raw_median"] < 1.1
     for ratios in report["calibrated_over_same_machine"]["reference_speed"].values():
         assert ratios["steady"] < 1.1
@@ -80,17 +81,23 @@ def calibrated(bench):
             for view in ("uncalibrated", "reference_only", "per_part", "reference_speed")}
 
 
-def test_the_reference_speed_carries_the_model_best_of_the_three(calibrated):
-    # 11 calibrations over four passes, as measured: scaled by the reference speed (what
-    # `costmodel calibrate` applies) the median fold averages 1.26 and measured over
-    # predicted has median 1.06; by the calibration set's parts (what it applied before),
-    # 1.29 and 1.14; by the reference program alone, 1.29 and 1.17
+def test_the_reference_speed_carries_the_model_within_a_tenth_of_its_own_machine(calibrated):
+    # 11 calibrations over four passes, as measured, the schema-12 model's held-out
+    # predictions (same-machine median fold 1.18): scaled by the reference speed (what
+    # `costmodel calibrate` applies) the median fold averages 1.25, within 1.1x of the
+    # same-machine figure in 10 of 11 calibrations, and measured over predicted has median
+    # 1.01; by the calibration set's parts 1.26 and 1.11, by the reference program alone
+    # 1.25 and 1.10, uncalibrated 1.24 and 1.08 (the two CPUs compile these programs about
+    # equally fast). The schema-10 model's: 1.26 averaged, 6 of 11 within 1.1x of 1.15.
+    same = 1.183
     speed, parts, alone = (calibrated[v] for v in ("reference_speed", "per_part",
                                                    "reference_only"))
-    assert speed[:, 0].mean() == pytest.approx(1.263, abs=0.005)
-    assert speed[:, 0].mean() < parts[:, 0].mean() - 0.02
-    assert speed[:, 0].mean() < alone[:, 0].mean() - 0.02
+    assert speed[:, 0].mean() == pytest.approx(1.252, abs=0.005)
+    assert np.sum(speed[:, 0] <= 1.1 * same) == 10
+    assert abs(speed[:, 0].mean() - parts[:, 0].mean()) < 0.01
+    assert abs(speed[:, 0].mean() - alone[:, 0].mean()) < 0.01
+    # what it does better than the others is remove the bias
     bias = {view: float(np.median(np.abs(np.log(calibrated[view][:, 1]))))
             for view in ("reference_speed", "per_part", "reference_only")}
-    assert bias["reference_speed"] < 0.5 * bias["per_part"]
-    assert bias["reference_speed"] < 0.5 * bias["reference_only"]
+    assert bias["reference_speed"] < 0.7 * bias["per_part"]
+    assert bias["reference_speed"] < 0.7 * bias["reference_only"]
