@@ -234,16 +234,18 @@ class Fusions:
         return [group for group in groups if group[0]]
 
 
-def fusion_weight(name: str, infos: list, op=None, xla_cpu: bool = True) -> float | None:
+def fusion_weight(name: str, infos: list, op=None, xla_cpu: bool = True,
+                  decode=tensor) -> float | None:
     """An op's cost inside a loop fusion (from its name and result types), None if it does
     not fuse (a concatenate XLA:CPU compiles: also from `op`'s operands and dimension;
-    XLA:GPU fuses them all), 0 if XLA:CPU makes it a bitcast."""
+    XLA:GPU fuses them all), 0 if XLA:CPU makes it a bitcast (`decode`: how to read an
+    operand's type, e.g. the walker's cached `tensor`)."""
     if name not in FUSIBLE_HLO:
         return None
     if name == "concatenate" and xla_cpu and op is not None and not concatenate_fuses(
             len(op.operands), int(op.attributes["dimension"].value), infos):
         return None
-    if xla_cpu and op is not None and leaves_no_instruction(name, op, infos):
+    if xla_cpu and op is not None and leaves_no_instruction(name, op, infos, decode):
         return 0.0
     dtype = infos[0].dtype if infos and infos[0] is not None else ""
     # transcendental ops expand to tens of instructions; 64-bit and complex math doubles
@@ -252,7 +254,7 @@ def fusion_weight(name: str, infos: list, op=None, xla_cpu: bool = True) -> floa
         * (2.0 if dtype.startswith("complex") else 1.0)
 
 
-def leaves_no_instruction(name: str, op, infos: list) -> bool:
+def leaves_no_instruction(name: str, op, infos: list, decode=tensor) -> bool:
     """Whether XLA:CPU's simplifier turns the op into a bitcast or removes it: every
     reshape (row-major layouts), a convert to its own type, a broadcast that only inserts
     unit dimensions in order. None of these is an instruction in XLA's fusions (113 CPU
@@ -265,7 +267,7 @@ def leaves_no_instruction(name: str, op, infos: list) -> bool:
         return False
     from jax._src.lib.mlir import ir
 
-    source = tensor(op.operands[0].type)
+    source = decode(op.operands[0].type)
     dims = list(ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"]))
     return (source is not None and infos and infos[0] is not None
             and source.elements == infos[0].elements and dims == sorted(dims))

@@ -138,7 +138,7 @@ class Walker:
             for index, layout in transposed_dot_operands(op, self.tensor):
                 operands[index] = fusions.layout_copy(
                     operands[index], layout, rank([self.tensor(op.operands[index].type)]))
-        weight = fusion_weight(name, infos, op, self.xla_cpu)
+        weight = fusion_weight(name, infos, op, self.xla_cpu, self.tensor)
         if (weight is not None or _small_constant(name, infos)) and not op.regions:
             # XLA's CSE merges equal ops before it fuses (JAX writes a constant and its
             # broadcast for every scalar operand)
