@@ -1,13 +1,17 @@
-"""Work XLA does at compile time: ops computed from constants alone.
+"""Work done at compile time: ops computed from constants alone.
 
-XLA's constant-folding pass runs its HLO interpreter on every instruction whose operands
-are constants, or broadcasts of constants with at least one plain constant among them,
-once calls are inlined. So a product of two captured tables is computed while
-compiling, one element at a time: a 28-op program whose two captured constants are
-multiplied took 14.5 s; here an elementwise product of two 1024x1024 tables added
-about 0.5 s, their matrix product (library code) 0.3 s. It leaves broadcasts and iotas
-alone (folding them only grows constants), never evaluates random, side-effecting or
-control-flow ops, and skips an instruction whose result or operands exceed 45M elements.
+Two stages fold them. Before XLA sees the module, the StableHLO-to-HLO conversion folds
+ops whose operands are literal constants (or splats, or such folds) with MLIR's folders,
+element by element: a 28-op program whose two captured constants are multiplied took
+14.5 s; here the sum of two 2048x2048 tables added about 0.7 s, none of it inside XLA's
+passes. What is left, XLA's constant-folding pass runs through its HLO interpreter: every
+instruction whose operands are constants, or broadcasts of constants with at least one
+plain constant among them, once calls are inlined. It hands dots to a library (a 2048^3
+product: about 0.5 s) and evaluates elementwise ops many times faster than the MLIR
+folders (`EVALUATOR_SHARE`): tanh of a folded matrix product costs a tenth of tanh of a
+captured table. It leaves broadcasts and iotas alone (folding them only grows
+constants), never evaluates random, side-effecting or control-flow ops, and skips an
+instruction whose result or operands exceed 45M elements.
 
 The walk follows constants through calls (a callee folds where its arguments are
 constants at that call site, as after inlining) and into loops (a constant a loop
@@ -28,8 +32,19 @@ NEVER_FOLDED = frozenset({
     "all_reduce", "all_gather", "all_to_all", "reduce_scatter", "collective_permute",
     "partition_id", "replica_id", "tuple", "get_tuple_element",
 })
+# Ops MLIR's folders leave to XLA's interpreter (nor is anything computed from them a
+# literal constant before XLA).
+MLIR_UNFOLDED = frozenset({
+    "dot_general", "dot", "convolution", "reduce", "reduce_window", "select_and_scatter",
+    "scatter", "gather", "dynamic_slice", "dynamic_update_slice", "sort", "map",
+    "cholesky", "triangular_solve",
+})
 # XLA's limit: bigger results or operands are left for run time.
 MAX_FOLD_ELEMENTS = 45_000_000
+# An element XLA's interpreter folds costs this share of one MLIR's folders fold: on jax
+# 0.10.2 (`bench/fold_stages.py`: 18.6 against 137.8 ns per element), elementwise ops on
+# a folded 2048^3 matrix product against the same ops on captured 2048x2048 tables.
+EVALUATOR_SHARE = 0.135
 
 
 @dataclass
@@ -37,7 +52,9 @@ class Folds:
     """What constant folding evaluates: ops, interpreter work, bytes it materializes."""
 
     ops: int = 0
-    elements: float = 0.0  # per op but dots and convolutions: elements read or written
+    # per op but dots and convolutions: elements read or written, those XLA's interpreter
+    # folds weighted by `EVALUATOR_SHARE`
+    elements: float = 0.0
     dot_flops: float = 0.0  # dots and convolutions (the interpreter calls a library)
     bytes: int = 0
 
@@ -73,49 +90,60 @@ class ConstantFolding:
         # told (op, its own folds) of each op folded: where blame charges the folds
         self._on_fold = on_fold
 
-    def function(self, name: str, constant_args: tuple[bool, ...] = ()) -> tuple[Folds, tuple]:
-        """Folds inside `name` and which of its results are constants."""
-        key = (name, constant_args)
+    def function(self, name: str, constant_args: tuple[bool, ...] = (),
+                 literal_args: tuple[bool, ...] = ()) -> tuple[Folds, tuple, tuple]:
+        """Folds inside `name`, and which of its results are constants and which of those
+        literal constants before XLA (`literal_args`: which arguments are)."""
+        key = (name, constant_args, literal_args)
         if key in self._memo:
             return self._memo[key]
-        self._memo[key] = (Folds(), ())  # a recursive call folds nothing
-        folds, returned = Folds(), ()
+        self._memo[key] = (Folds(), (), ())  # a recursive call folds nothing
+        folds, returned = Folds(), ((), ())
         for region in self.funcs[name].regions:
             for block in region.blocks:
                 constant = {arg for arg, flag in zip(block.arguments, constant_args) if flag}
-                returned = self._block(block, constant, folds)
-        self._memo[key] = (folds, returned)
+                literal = {arg for arg, flag in zip(block.arguments, literal_args) if flag}
+                returned = self._block(block, constant, literal, folds)
+        self._memo[key] = (folds, *returned)
         return self._memo[key]
 
-    def _block(self, block, constant: set, folds: Folds) -> tuple:
-        """Add the folds of `block` to `folds`; returns which values it returns are constant.
+    def _block(self, block, constant: set, literal: set, folds: Folds) -> tuple:
+        """Add the folds of `block` to `folds`; returns which values it returns are
+        constant, and which literal.
 
-        `constant` holds the values known to be constants (extended in place).
+        `constant` holds the values known to be constants, `literal` those of them MLIR's
+        folders see as constants (both extended in place).
         """
         from jax._src.lib.mlir import ir
 
-        returned: tuple = ()
+        returned: tuple = ((), ())
         broadcast: set = set()  # broadcasts of constants: foldable operands, not folded
         for view in block.operations:
             op = view.operation
             name = op.name.rsplit(".", 1)[-1]
             operands = list(op.operands)
             if op.name in ("func.return", "stablehlo.return"):
-                returned = tuple(value in constant for value in operands)
+                returned = (tuple(value in constant for value in operands),
+                            tuple(value in literal for value in operands))
                 continue
             if name == "constant":
                 constant.update(op.results)
+                literal.update(op.results)
                 continue
             if name == "call":
                 callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
                 if callee in self.funcs:
-                    sub, results = self.function(
-                        callee, tuple(value in constant for value in operands))
+                    sub, results, literals = self.function(
+                        callee, tuple(value in constant for value in operands),
+                        tuple(value in literal for value in operands))
                     folds.add(sub)
                     constant.update(r for r, flag in zip(op.results, results) if flag)
+                    literal.update(r for r, flag in zip(op.results, literals) if flag)
                 continue
             if name in ("broadcast_in_dim", "broadcast") and operands[0] in constant:
                 broadcast.update(op.results)
+                if operands[0] in literal:
+                    literal.update(op.results)
                 continue
             if (name not in NEVER_FOLDED and any(v in constant for v in operands)
                     and all(v in constant or v in broadcast for v in operands)):
@@ -124,19 +152,25 @@ class ConstantFolding:
                 outs = [self._tensor(value.type) for value in results]
                 if _within_limit(ins + outs):
                     flops = self._dot_flops(op, name)
-                    own = Folds(1, elements_touched(ins, outs) if flops is None else 0.0,
-                                flops or 0.0,
+                    before_xla = name not in MLIR_UNFOLDED and all(
+                        value in literal for value in operands)
+                    elements = 0.0 if flops is not None else elements_touched(ins, outs) * (
+                        1.0 if before_xla else EVALUATOR_SHARE)
+                    own = Folds(1, elements, flops or 0.0,
                                 sum(info.nbytes for info in outs if info is not None))
                     folds.add(own)
                     if self._on_fold is not None:
                         self._on_fold(op, own)
                     constant.update(results)
+                    if before_xla:
+                        literal.update(results)
                     continue  # a folded op's regions (a reduction's body) fold with it
             carried = _sunk_constants(op, constant) if name == "while" else ()
             for region in op.regions:  # loop bodies and branches fold on their own
                 for inner in region.blocks:
+                    # a sunk constant is XLA's doing: no literal to MLIR's folders
                     self._block(inner, {arg for arg, flag in zip(inner.arguments, carried)
-                                        if flag}, folds)
+                                        if flag}, set(), folds)
         return returned
 
 
