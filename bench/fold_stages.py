@@ -4,12 +4,12 @@
     python bench/fold_stages.py [--side 2048] [--steps 6] [--repeats 3] [--json PATH]
 
 Four programs return `x @ table` for a captured `table`: the captured table itself, the
-table after `steps` elementwise ops (tanh, scale, shift in turn; MLIR's folders compute
-them while converting StableHLO to HLO), the matrix product of two captured tables, and
+table after `steps` elementwise ops (tanh, scale, shift in turn; StableHLO's folders
+compute them while the module is converted for XLA), the matrix product of two captured tables, and
 that product after the same ops (XLA's constant-folding pass computes them, having
 computed the product). Compiled in turn, `repeats` rounds, each a new function with the
 compilation cache off. The steps' cost per element is the median difference to the
-program without them, divided by the elements they touch; the share is XLA's over MLIR's.
+program without them, divided by the elements they touch; the share is XLA's over StableHLO's.
 """
 
 from __future__ import annotations
@@ -74,16 +74,16 @@ def main() -> None:
     median = {name: statistics.median(values) for name, values in times.items()}
     elements = args.steps * args.side ** 2
     per_element = {
-        "mlir": (median["table, mapped"] - median["table"]) / elements,
+        "stablehlo": (median["table, mapped"] - median["table"]) / elements,
         "xla": (median["product, mapped"] - median["product"]) / elements,
     }
     result = {"side": args.side, "steps": args.steps, "repeats": args.repeats,
               "jax": jax.__version__, "seconds": times,
               "ns_per_element": {k: v * 1e9 for k, v in per_element.items()},
-              "share": per_element["xla"] / per_element["mlir"]}
+              "share": per_element["xla"] / per_element["stablehlo"]}
     for name, values in times.items():
         print(f"{name:16s} " + " ".join(f"{v:6.3f}" for v in values))
-    print(f"ns per element: before XLA {result['ns_per_element']['mlir']:.1f}, "
+    print(f"ns per element: before XLA {result['ns_per_element']['stablehlo']:.1f}, "
           f"XLA's interpreter {result['ns_per_element']['xla']:.1f}; "
           f"share {result['share']:.3f}")
     if args.json:

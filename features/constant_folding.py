@@ -1,13 +1,15 @@
 """Work done at compile time: ops computed from constants alone.
 
-Two stages fold them. Before XLA sees the module, the StableHLO-to-HLO conversion folds
-ops whose operands are literal constants (or splats, or such folds) with MLIR's folders,
-element by element: a 28-op program whose two captured constants are multiplied took
-14.5 s; here the sum of two 2048x2048 tables added about 0.7 s, none of it inside XLA's
-passes. What is left, XLA's constant-folding pass runs through its HLO interpreter: every
-instruction whose operands are constants, or broadcasts of constants with at least one
+Two stages fold them. Before XLA sees the module, the conversion from StableHLO runs
+StableHLO's target-independent optimization pass, whose folders compute ops whose operands
+are literal constants (or splats, or such folds) one element at a time in arbitrary-
+precision floats (a stack of such a compile, jax 0.10.2: `FoldSineOpPattern` under
+`ConvertStablehloToHlo`): a 28-op program whose two captured constants are multiplied
+took 14.5 s; here the sum of two 2048x2048 tables added about 0.7 s, none of it inside
+XLA's passes. What is left, XLA's constant-folding pass runs through its HLO interpreter:
+every instruction whose operands are constants, or broadcasts of constants with at least one
 plain constant among them, once calls are inlined. It hands dots to a library (a 2048^3
-product: about 0.5 s) and evaluates elementwise ops many times faster than the MLIR
+product: about 0.5 s) and evaluates elementwise ops many times faster than the StableHLO
 folders (`EVALUATOR_SHARE`): tanh of a folded matrix product costs a tenth of tanh of a
 captured table. It leaves broadcasts and iotas alone (folding them only grows
 constants), never evaluates random, side-effecting or control-flow ops, and skips an
@@ -32,18 +34,19 @@ NEVER_FOLDED = frozenset({
     "all_reduce", "all_gather", "all_to_all", "reduce_scatter", "collective_permute",
     "partition_id", "replica_id", "tuple", "get_tuple_element",
 })
-# Ops MLIR's folders leave to XLA's interpreter (nor is anything computed from them a
-# literal constant before XLA).
-MLIR_UNFOLDED = frozenset({
+# Ops the StableHLO folders leave to XLA's interpreter (nor is anything computed from
+# them a literal constant before XLA).
+STABLEHLO_UNFOLDED = frozenset({
     "dot_general", "dot", "convolution", "reduce", "reduce_window", "select_and_scatter",
     "scatter", "gather", "dynamic_slice", "dynamic_update_slice", "sort", "map",
     "cholesky", "triangular_solve",
 })
 # XLA's limit: bigger results or operands are left for run time.
 MAX_FOLD_ELEMENTS = 45_000_000
-# An element XLA's interpreter folds costs this share of one MLIR's folders fold: on jax
-# 0.10.2 (`bench/fold_stages.py`: 18.6 against 137.8 ns per element), elementwise ops on
-# a folded 2048^3 matrix product against the same ops on captured 2048x2048 tables.
+# What an element costs XLA's interpreter, as a share of what it costs the StableHLO
+# folders: on jax 0.10.2 (`bench/fold_stages.py`: 18.6 against 137.8 ns per element),
+# elementwise ops on a folded 2048^3 matrix product against the same ops on captured
+# 2048x2048 tables.
 EVALUATOR_SHARE = 0.135
 
 
@@ -111,8 +114,8 @@ class ConstantFolding:
         """Add the folds of `block` to `folds`; returns which values it returns are
         constant, and which literal.
 
-        `constant` holds the values known to be constants, `literal` those of them MLIR's
-        folders see as constants (both extended in place).
+        `constant` holds the values known to be constants, `literal` those of them the
+        StableHLO folders see as constants (both extended in place).
         """
         from jax._src.lib.mlir import ir
 
@@ -152,7 +155,7 @@ class ConstantFolding:
                 outs = [self._tensor(value.type) for value in results]
                 if _within_limit(ins + outs):
                     flops = self._dot_flops(op, name)
-                    before_xla = name not in MLIR_UNFOLDED and all(
+                    before_xla = name not in STABLEHLO_UNFOLDED and all(
                         value in literal for value in operands)
                     elements = 0.0 if flops is not None else elements_touched(ins, outs) * (
                         1.0 if before_xla else EVALUATOR_SHARE)
@@ -168,7 +171,7 @@ class ConstantFolding:
             carried = _sunk_constants(op, constant) if name == "while" else ()
             for region in op.regions:  # loop bodies and branches fold on their own
                 for inner in region.blocks:
-                    # a sunk constant is XLA's doing: no literal to MLIR's folders
+                    # a sunk constant is XLA's doing: no literal to the StableHLO folders
                     self._block(inner, {arg for arg, flag in zip(inner.arguments, carried)
                                         if flag}, set(), folds)
         return returned

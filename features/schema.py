@@ -23,9 +23,9 @@ from typing import Any
 # more than once, and the concatenate rules apply to XLA:CPU only; 11: equal ops merged
 # before fusing (XLA's CSE); 12: on XLA:CPU, an expensive op whose single user was
 # duplicated is materialized, and reshapes, same-type converts and unit-dimension
-# broadcasts are bitcasts (no fused instruction); 13: folds MLIR's folders make before XLA
-# (elementwise ops on literal constants) count in full in `fold_elements`, those XLA's
-# interpreter makes (anything computed from a dot, reduction or gather of constants) at
+# broadcasts are bitcasts (no fused instruction); 13: folds the StableHLO folders make
+# before XLA (elementwise ops on literal constants) count in full in `fold_elements`, those
+# XLA's interpreter makes (anything computed from a dot, reduction or gather of constants) at
 # `EVALUATOR_SHARE`
 SCHEMA_VERSION = 13
 

@@ -533,7 +533,7 @@ _N = 64 * 64  # elements of one table
     # table, the product two)
     (lambda x: x + jax.jit(_sine_times)(_A, _B), 2, _N + 2 * _N, 0),
     # a loop's captured constant is sunk into its body and folded once, not per trip, by
-    # XLA's interpreter (the loop carries it: no literal to MLIR's folders)
+    # XLA's interpreter (the loop carries it: no literal to the StableHLO folders)
     (lambda x: lax.fori_loop(0, 10, lambda i, c: c + jnp.sin(jnp.asarray(_A)), x), 1,
      _N * EVALUATOR_SHARE, 0),
     # an op on a folded product is XLA's interpreter's too
