@@ -116,9 +116,9 @@ def test_a_fitted_estimator_keeps_its_training_rows():
 def test_a_prediction_reports_its_distance_and_far_programs_get_wider_intervals():
     """An unrolled tanh-matmul loop (the corpus's `loop` family is this) lies near the
     training rows; an FFT, a sort and a determinant of a complex vector lie far from them.
-    The shipped CPU rule (schema 12) widens both by one factor; a rule that grows with
-    distance past an onset between them (schema 11 shipped max(1, d / 5.52)^0.5) widens
-    only the far one."""
+    The shipped CPU rule (schema 13: x1.018, growing as (d / 8.2)^0.75 past 8.2) and a
+    rule that grows faster past an onset between them (schema 11 shipped max(1, d /
+    5.52)^0.5) both widen the far one more."""
     import jax.numpy as jnp
 
     import costmodel
@@ -148,7 +148,8 @@ def test_a_prediction_reports_its_distance_and_far_programs_get_wider_intervals(
         fitted_width = np.log(fitted["hi"][0] / fitted["point"][0])
         lo, hi = prediction.compile_seconds_interval
         assert np.log(hi / prediction.compile_seconds) == pytest.approx(
-            shipped.widening.factor * fitted_width)
+            shipped.widening.scale(np.array([prediction.distance_from_training]))[0]
+            * fitted_width)
         grown = by_distance.predict(inputs)["compile_seconds"]
         assert np.log(grown["hi"][0] / grown["point"][0]) == pytest.approx(
             scale * fitted_width)

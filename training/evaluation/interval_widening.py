@@ -43,6 +43,10 @@ POWERS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
 RATIO_COLUMNS = ("ratio", "library", "distance")
 
 
+# Relative margin above the ratio a widening is fitted to (`library_quantile`).
+RANK_MARGIN = 1e-9
+
+
 def bench_library(row: dict) -> str:
     """What a bench row holds out together: its library, else its program's first word
     (the benches name programs library first: "haiku resnet18", "odeint mlp grad")."""
@@ -109,6 +113,8 @@ def library_quantile(ratio, library, coverage: float = 0.9) -> float:
     Every library weighs 1 (its programs share it). With L libraries the quantile taken is
     coverage * (L + 1) / L, the split-conformal correction counted in libraries, since a
     new program is most like a new library; past the largest ratio, that ratio. 0 for none.
+    The ratio at that rank is returned a hair larger, so its program stays inside however
+    the widened interval is computed again (in log offsets, scaled by a calibration).
     """
     ratio, library = np.asarray(ratio, float), np.asarray(library)
     if len(ratio) == 0:
@@ -120,7 +126,7 @@ def library_quantile(ratio, library, coverage: float = 0.9) -> float:
     share = min(1.0, coverage * (len(names) + 1) / len(names))
     # the epsilon keeps float noise in the cumulative sum off the rank
     rank = min(int(np.searchsorted(cumulative, share - 1e-9)), len(ratio) - 1)
-    return float(ratio[order][rank])
+    return float(ratio[order][rank]) * (1.0 + RANK_MARGIN)
 
 
 def fit_rule(bench: pd.DataFrame, corpus: pd.DataFrame | None = None,
