@@ -76,8 +76,8 @@ STABLEHLO_FEATURES = (
     "constant_count",
     "dense_constant_bytes",   # non-splat constants: what constant folding has to chew on
     "largest_constant_bytes",
-    "fold_ops",               # ops computed from constants alone: XLA evaluates them
-    "fold_elements",          # their interpreter work: elements each reads or writes
+    "fold_ops",               # ops computed from constants alone, while compiling
+    "fold_elements",          # elements they read or write (XLA's interpreter's: x0.135)
     "fold_dot_flops",         # but dots and convolutions (library calls): their flops
     "fold_bytes",             # bytes of the constants they produce
     "tensor_max_elements",
