@@ -9,7 +9,7 @@ Three steps, each its own command so the timing step runs alone on the machine:
     python bench/cross_machine.py score --out DIR [--heldout FILE] [--json OUT.json]
 
 The committed runs: `bench/data/cross_machine_amd/` (with the held-out predictions of every
-real program, from the build of the shipped schema-12 model: `build_default(...,
+real program, from the build of the shipped schema-13 model: `build_default(...,
 predictions_out=...)`, its `leave_library_out` compile-time rows) and
 `bench/data/cross_machine_amd_pass2/`, the same 94 programs an hour later,
 `bench/data/cross_machine_amd_pass3/`, eight hours later, and

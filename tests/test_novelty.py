@@ -64,8 +64,8 @@ def test_distances_of_the_shipped_model_rank_strangers_farther():
 
 
 def test_a_model_saved_with_novelty_and_widening_loads_the_same():
-    # the shipped rule is one factor (schema 12); a rule that grows with distance must
-    # survive saving too
+    # a rule that grows with distance (the shipped one does since schema 13) must survive
+    # saving
     predictor = replace(load_default("cpu").predictor,
                         widening=Widening(factor=1.1, onset=5.5, power=0.5))
     assert predictor.novelty is not None and predictor.widening.uses_distance
