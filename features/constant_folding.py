@@ -2,18 +2,21 @@
 
 Two stages fold them. Before XLA sees the module, the conversion from StableHLO runs
 StableHLO's target-independent optimization pass, whose folders compute ops whose operands
-are literal constants (or splats, or such folds) one element at a time in arbitrary-
-precision floats (a stack of such a compile, jax 0.10.2: `FoldSineOpPattern` under
-`ConvertStablehloToHlo`): a 28-op program whose two captured constants are multiplied
-took 14.5 s; here the sum of two 2048x2048 tables added about 0.7 s, none of it inside
-XLA's passes. What is left, XLA's constant-folding pass runs through its HLO interpreter:
-every instruction whose operands are constants, or broadcasts of constants with at least one
-plain constant among them, once calls are inlined. It hands dots to a library (a 2048^3
-product: about 0.5 s) and evaluates elementwise ops many times faster than the StableHLO
-folders (`EVALUATOR_SHARE`): tanh of a folded matrix product costs a tenth of tanh of a
-captured table. It leaves broadcasts and iotas alone (folding them only grows
+are literal constants of the same function (or splats, or such folds) one element at a
+time in arbitrary-precision floats (a stack of such a compile, jax 0.10.2:
+`FoldSineOpPattern` under `ConvertStablehloToHlo`): a 28-op program whose two captured
+constants are multiplied took 14.5 s; here the sum of two 2048x2048 tables added about
+0.7 s, none of it inside XLA's passes. They do not look through calls: a multiply of a
+captured table inside a nested jit cost an eighth of the same multiply outside it. What is
+left, XLA's constant-folding pass runs through its HLO interpreter: every instruction whose
+operands are constants, or broadcasts of constants with at least one plain constant among
+them, once calls are inlined. It hands dots to a library (a 2048^3 product: about 0.5 s)
+and evaluates elementwise ops many times faster than the StableHLO folders
+(`EVALUATOR_SHARE`). It leaves broadcasts and iotas alone (folding them only grows
 constants), never evaluates random, side-effecting or control-flow ops, and skips an
-instruction whose result or operands exceed 45M elements.
+instruction whose result or operands exceed 45M elements. Per element, op kinds differ
+(`KIND_COST_*`): converts and reshapes cost nearly nothing in either stage, a transpose
+more than a multiply, a pad (XLA's alone) five multiplies.
 
 The walk follows constants through calls (a callee folds where its arguments are
 constants at that call site, as after inlining) and into loops (a constant a loop
@@ -39,7 +42,7 @@ NEVER_FOLDED = frozenset({
 STABLEHLO_UNFOLDED = frozenset({
     "dot_general", "dot", "convolution", "reduce", "reduce_window", "select_and_scatter",
     "scatter", "gather", "dynamic_slice", "dynamic_update_slice", "sort", "map",
-    "cholesky", "triangular_solve",
+    "cholesky", "triangular_solve", "pad",
 })
 # XLA's limit: bigger results or operands are left for run time.
 MAX_FOLD_ELEMENTS = 45_000_000
@@ -48,6 +51,19 @@ MAX_FOLD_ELEMENTS = 45_000_000
 # elementwise ops on a folded 2048^3 matrix product against the same ops on captured
 # 2048x2048 tables.
 EVALUATOR_SHARE = 0.135
+# What an element touched costs by op kind, against a multiply's in the same stage; kinds
+# not named cost what a multiply does. Rounded from two runs of `bench/fold_kinds.py` (jax
+# 0.10.2, 4096x4096 tables): converts, reshapes, slices and concatenates move data for
+# 0.0-0.2 of a multiply; tanh, exp and divide cost 1.5-3 multiplies before XLA but about
+# one in its interpreter, where a pad costs five.
+KIND_COST_BEFORE_XLA = {
+    "divide": 2.7, "tanh": 2.3, "exponential": 1.8, "transpose": 1.4, "reverse": 0.25,
+    "convert": 0.02, "reshape": 0.02, "slice": 0.1, "concatenate": 0.03,
+}
+KIND_COST_IN_XLA = {
+    "tanh": 1.5, "exponential": 1.5, "transpose": 1.3, "reverse": 1.9, "pad": 5.0,
+    "convert": 0.05, "reshape": 0.05, "slice": 0.2, "concatenate": 0.2,
+}
 
 
 @dataclass
@@ -55,8 +71,8 @@ class Folds:
     """What constant folding evaluates: ops, interpreter work, bytes it materializes."""
 
     ops: int = 0
-    # per op but dots and convolutions: elements read or written, those XLA's interpreter
-    # folds weighted by `EVALUATOR_SHARE`
+    # per op but dots and convolutions: elements read or written, weighted by the op's kind
+    # in its stage (`KIND_COST_*`) and, in XLA's interpreter, by `EVALUATOR_SHARE`
     elements: float = 0.0
     dot_flops: float = 0.0  # dots and convolutions (the interpreter calls a library)
     bytes: int = 0
@@ -93,41 +109,39 @@ class ConstantFolding:
         # told (op, its own folds) of each op folded: where blame charges the folds
         self._on_fold = on_fold
 
-    def function(self, name: str, constant_args: tuple[bool, ...] = (),
-                 literal_args: tuple[bool, ...] = ()) -> tuple[Folds, tuple, tuple]:
-        """Folds inside `name`, and which of its results are constants and which of those
-        literal constants before XLA (`literal_args`: which arguments are)."""
-        key = (name, constant_args, literal_args)
+    def function(self, name: str, constant_args: tuple[bool, ...] = ()) -> tuple[Folds, tuple]:
+        """Folds inside `name`, and which of its results are constants (`constant_args`:
+        which arguments are; none is a literal constant to the StableHLO folders, which
+        fold each function on its own)."""
+        key = (name, constant_args)
         if key in self._memo:
             return self._memo[key]
-        self._memo[key] = (Folds(), (), ())  # a recursive call folds nothing
-        folds, returned = Folds(), ((), ())
+        self._memo[key] = (Folds(), ())  # a recursive call folds nothing
+        folds, returned = Folds(), ()
         for region in self.funcs[name].regions:
             for block in region.blocks:
                 constant = {arg for arg, flag in zip(block.arguments, constant_args) if flag}
-                literal = {arg for arg, flag in zip(block.arguments, literal_args) if flag}
-                returned = self._block(block, constant, literal, folds)
-        self._memo[key] = (folds, *returned)
+                returned = self._block(block, constant, set(), folds)
+        self._memo[key] = (folds, returned)
         return self._memo[key]
 
     def _block(self, block, constant: set, literal: set, folds: Folds) -> tuple:
         """Add the folds of `block` to `folds`; returns which values it returns are
-        constant, and which literal.
+        constant.
 
         `constant` holds the values known to be constants, `literal` those of them the
         StableHLO folders see as constants (both extended in place).
         """
         from jax._src.lib.mlir import ir
 
-        returned: tuple = ((), ())
+        returned: tuple = ()
         broadcast: set = set()  # broadcasts of constants: foldable operands, not folded
         for view in block.operations:
             op = view.operation
             name = op.name.rsplit(".", 1)[-1]
             operands = list(op.operands)
             if op.name in ("func.return", "stablehlo.return"):
-                returned = (tuple(value in constant for value in operands),
-                            tuple(value in literal for value in operands))
+                returned = tuple(value in constant for value in operands)
                 continue
             if name == "constant":
                 constant.update(op.results)
@@ -136,12 +150,10 @@ class ConstantFolding:
             if name == "call":
                 callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
                 if callee in self.funcs:
-                    sub, results, literals = self.function(
-                        callee, tuple(value in constant for value in operands),
-                        tuple(value in literal for value in operands))
+                    sub, results = self.function(
+                        callee, tuple(value in constant for value in operands))
                     folds.add(sub)
                     constant.update(r for r, flag in zip(op.results, results) if flag)
-                    literal.update(r for r, flag in zip(op.results, literals) if flag)
                 continue
             if name in ("broadcast_in_dim", "broadcast") and operands[0] in constant:
                 broadcast.update(op.results)
@@ -157,8 +169,8 @@ class ConstantFolding:
                     flops = self._dot_flops(op, name)
                     before_xla = name not in STABLEHLO_UNFOLDED and all(
                         value in literal for value in operands)
-                    elements = 0.0 if flops is not None else elements_touched(ins, outs) * (
-                        1.0 if before_xla else EVALUATOR_SHARE)
+                    elements = 0.0 if flops is not None else (
+                        elements_touched(ins, outs) * element_cost(name, before_xla))
                     own = Folds(1, elements, flops or 0.0,
                                 sum(info.nbytes for info in outs if info is not None))
                     folds.add(own)
@@ -175,6 +187,14 @@ class ConstantFolding:
                     self._block(inner, {arg for arg, flag in zip(inner.arguments, carried)
                                         if flag}, set(), folds)
         return returned
+
+
+def element_cost(name: str, before_xla: bool) -> float:
+    """What folding an element an op of kind `name` touches costs, in elements of a
+    multiply folded before XLA."""
+    if before_xla:
+        return KIND_COST_BEFORE_XLA.get(name, 1.0)
+    return KIND_COST_IN_XLA.get(name, 1.0) * EVALUATOR_SHARE
 
 
 def _sunk_constants(while_op, constant: set) -> list[bool]:

@@ -26,8 +26,10 @@ from typing import Any
 # broadcasts are bitcasts (no fused instruction); 13: folds the StableHLO folders make
 # before XLA (elementwise ops on literal constants) count in full in `fold_elements`, those
 # XLA's interpreter makes (anything computed from a dot, reduction or gather of constants) at
-# `EVALUATOR_SHARE`
-SCHEMA_VERSION = 13
+# `EVALUATOR_SHARE`; 14: a folded element is weighted by its op kind in its stage (converts
+# and reshapes nearly free, a pad XLA's alone), and the StableHLO folders do not look into
+# calls
+SCHEMA_VERSION = 14
 
 # Coarse op categories shared by the jaxpr and StableHLO extractors.
 CATEGORIES = (
