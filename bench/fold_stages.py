@@ -17,10 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from pathlib import Path
 
 import numpy as np
+from fold_kinds import compile_seconds  # `x @ table` for an (8, side) x, timed
 
 
 def programs(side: int, steps: int) -> dict:
@@ -43,19 +43,6 @@ def programs(side: int, steps: int) -> dict:
     }
 
 
-def compile_seconds(make, side: int) -> float:
-    import jax
-    import jax.numpy as jnp
-
-    def fn(x):
-        return x @ make()
-
-    lowered = jax.jit(fn).lower(jax.ShapeDtypeStruct((8, side), jnp.float32))
-    start = time.perf_counter()
-    lowered.compile()
-    return time.perf_counter() - start
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--side", type=int, default=2048)
@@ -70,7 +57,7 @@ def main() -> None:
     times: dict[str, list[float]] = {name: [] for name in made}
     for _ in range(args.repeats):
         for name, make in made.items():
-            times[name].append(compile_seconds(make, args.side))
+            times[name].append(compile_seconds(make, lambda table: table, args.side))
     median = {name: statistics.median(values) for name, values in times.items()}
     elements = args.steps * args.side ** 2
     per_element = {
