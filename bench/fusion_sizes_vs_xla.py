@@ -85,7 +85,7 @@ def emulated_sizes(text: str) -> list[int]:
     walker = Walker(funcs)
     tallies = {name: walker.function(name) for name in funcs}
     fusions = combine(entry, tallies, {})["fusions"] + tallies[entry].body_fusions
-    return [int(size) for size, _, _ in fusions]
+    return [int(size) for size, *_ in fusions]
 
 
 def compare(folder: Path) -> None:

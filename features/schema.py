@@ -28,8 +28,9 @@ from typing import Any
 # XLA's interpreter makes (anything computed from a dot, reduction or gather of constants) at
 # `EVALUATOR_SHARE`; 14: a folded element is weighted by its op kind in its stage (converts
 # and reshapes nearly free, a pad XLA's alone), and the StableHLO folders do not look into
-# calls
-SCHEMA_VERSION = 14
+# calls; 15: `fusion_distinct` and `fusion_distinct_cost`, the emulated fusions that are
+# not the same kernel as another (XLA:CPU compiles a repeated fusion almost for free)
+SCHEMA_VERSION = 15
 
 # Coarse op categories shared by the jaxpr and StableHLO extractors.
 CATEGORIES = (
@@ -93,6 +94,8 @@ STABLEHLO_FEATURES = (
     "fusion_mean_size",
     "fusion_cost_squares",    # sum over fusions of (ops weighted by their cost) squared
     "fusion_indexing_squares",  # sum over fusions of (slices, pads, concats...) squared
+    "fusion_distinct",        # fusions that are not the same kernel as another
+    "fusion_distinct_cost",   # their cost weights, each kernel once (XLA compiles it once)
     "dot_matrix_vector",      # dots with a vector side: XLA:CPU emits them as its own loops
     "layout_transposes",      # conv/dot operands and results copied into the library's layout
     "chain_length",           # longest dependency chain of ops, through regions and calls

@@ -593,6 +593,35 @@ def test_an_expensive_op_whose_only_user_is_recomputed_is_computed_once_on_xla_c
     assert (gpu["fusion_groups"], gpu["fusion_max_size"]) == (5, 5)
 
 
+def _layers(shapes: list, scales: list):
+    """`x @ w` then tanh and sine per layer, a weight of each shape, a scale per layer."""
+    def fn(x, weights):
+        for w, scale in zip(weights, scales):
+            y = x @ w
+            x = jnp.tanh(y) * scale + jnp.sin(y) * 0.25
+        return x
+    weights = [jax.ShapeDtypeStruct(shape, jnp.float32) for shape in shapes]
+    return fn, (jax.ShapeDtypeStruct((8, shapes[0][0]), jnp.float32), weights)
+
+
+@pytest.mark.parametrize("shapes, scales, distinct", [
+    # XLA:CPU compiles a repeated kernel once (`bench/kernel_reuse.py`: 0.5 ms per
+    # repeated fusion, 9-10 ms per new one), so alike layers are one kernel ...
+    ([(16, 16)] * 6, [0.5] * 6, 1),
+    # ... but not with a weight of another shape, or a constant of their own inside
+    ([(16 + i, 17 + i) for i in range(6)], [0.5] * 6, 6),
+    ([(16, 16)] * 6, [0.5 + i / 100 for i in range(6)], 6),
+])
+def test_fusions_that_are_the_same_kernel_count_once(shapes, scales, distinct):
+    fn, args = _layers(shapes, scales)
+    feats = F.extract(fn, *args)
+    assert feats["fusion_groups"] == 6
+    assert feats["fusion_distinct"] == distinct
+    # each layer's fusion: tanh and sine (4 each), two multiplies, their two scalars'
+    # broadcasts and the add
+    assert feats["fusion_distinct_cost"] == distinct * 13
+
+
 def test_reshapes_same_type_converts_and_unit_broadcasts_are_bitcasts_on_xla_cpu():
     def bitcasts(x):
         n = jnp.arange(8) * 1.0 + 2.0  # weakly typed: converted to its own type below

@@ -73,13 +73,23 @@ class Fusions:
         self._copies: dict = {}  # (value, layout) -> its layout copy for a dot
         self._same_index: set = set()  # fusible ops that read operands at their own index
         self._seen: dict = {}  # (op kind, operands' producers) -> its results (`merged`)
+        # what makes two fusions the same kernel: each op's kind, attributes and result
+        # types, with the constants it reads (XLA:CPU compiles a repeated kernel once)
+        self._signature: dict = {}
+        self._constants: set = set()
 
     def visit(self, operands: list, results: list, name: str, weight: float | None,
-              rank: int | None) -> None:
+              rank: int | None, signature=None) -> None:
         """Record the next op of the block: its SSA values, its name, its fusion cost
-        (None if it does not fuse) and the rank of its first result."""
+        (None if it does not fuse), the rank of its first result and what tells it from
+        another op of its kind (`signature`: attributes and result types)."""
         position = self._count
         self._count += 1
+        read = tuple(self._signature.get(self._producer.get(operand))
+                     for operand in operands if self._producer.get(operand) in self._constants)
+        self._signature[position] = (name, signature, read)
+        if name == "constant":
+            self._constants.add(position)
         if name == "slice" and operands and hasattr(results[0] if results else None, "owner"):
             operands = [self._sliced(operands[0], results[0]), *operands[1:]]
         arrays = 0
@@ -115,14 +125,14 @@ class Fusions:
             self.alias(result, earlier)
         return True
 
-    def layout_copy(self, value, layout, rank: int | None):
-        """The copy of `value` in `layout` that XLA:CPU makes for a dot's library call:
-        a transpose that fuses, so `value`'s producers fuse into it. One copy per value
-        and layout (XLA merges identical copies)."""
+    def layout_copy(self, value, layout, rank: int | None, value_type: str = ""):
+        """The copy of `value` (of type `value_type`) in `layout` that XLA:CPU makes for a
+        dot's library call: a transpose that fuses, so `value`'s producers fuse into it.
+        One copy per value and layout (XLA merges identical copies)."""
         key = (value, layout)
         if key not in self._copies:
             self._copies[key] = copy = _LayoutCopy()
-            self.visit([value], [copy], "transpose", 1.0, rank)
+            self.visit([value], [copy], "transpose", 1.0, rank, (layout, value_type))
         return self._copies[key]
 
     def alias(self, value, source) -> None:
@@ -192,14 +202,15 @@ class Fusions:
         return len(readers)
 
     def groups(self) -> list[list]:
-        """`[ops, summed cost weights, indexing ops]` of each fusion."""
+        """`[ops, summed cost weights, indexing ops, signature]` of each fusion (equal
+        signatures: the same kernel)."""
         blocked = self._blocked()
         fusion_of: dict = {}
         dead: set = set()  # left unread once slices were resolved past them
         groups: list[list] = []
 
         def new_fusion() -> int:
-            groups.append([0, 0.0, 0])
+            groups.append([0, 0.0, 0, []])
             return len(groups) - 1
 
         for position in sorted(self._fusible, reverse=True):
@@ -231,7 +242,9 @@ class Fusions:
                 groups[fusion][0] += weight > 0  # a bitcast is no instruction
                 groups[fusion][1] += weight
                 groups[fusion][2] += indexing
-        return [group for group in groups if group[0]]
+                groups[fusion][3].append(self._signature[position])
+        return [[*group[:3], hash(tuple(sorted(map(repr, group[3]))))]
+                for group in groups if group[0]]
 
 
 def fusion_weight(name: str, infos: list, op=None, xla_cpu: bool = True,

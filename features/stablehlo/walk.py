@@ -136,16 +136,18 @@ class Walker:
         if name == "dot_general":
             operands = list(operands)
             for index, layout in transposed_dot_operands(op, self.tensor):
+                operand_type = op.operands[index].type
                 operands[index] = fusions.layout_copy(
-                    operands[index], layout, rank([self.tensor(op.operands[index].type)]))
+                    operands[index], layout, rank([self.tensor(operand_type)]), str(operand_type))
         weight = fusion_weight(name, infos, op, self.xla_cpu, self.tensor)
-        if (weight is not None or _small_constant(name, infos)) and not op.regions:
+        key = None
+        if weight is not None or _small_constant(name, infos):
+            key = (name, _attributes(op), tuple(str(result.type) for result in op.results))
             # XLA's CSE merges equal ops before it fuses (JAX writes a constant and its
             # broadcast for every scalar operand)
-            key = (name, _attributes(op), tuple(str(result.type) for result in op.results))
-            if fusions.merged(key, operands, results):
+            if not op.regions and fusions.merged(key, operands, results):
                 return
-        fusions.visit(operands, results, name, weight, rank(infos))
+        fusions.visit(operands, results, name, weight, rank(infos), key)
 
 
 def _chain_end(results: list, chain_to: dict, length: int) -> int:
