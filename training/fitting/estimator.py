@@ -96,7 +96,7 @@ BASELINE_TERMS = {
 ADDED_TERMS = {"compile_seconds": ("dense_constant_bytes", "dot_matrix_vector",
                                    "fusion_cost_squares", "sequence_kernel_squares",
                                    "case_result_branch_squares", "fold_elements",
-                                   "fold_dot_flops")}
+                                   "fold_dot_flops", "fusion_distinct")}
 # Where a backend's compiler differs (`fit.model_params` applies these). For the GPU
 # target, fusion size added nothing and fan-out fitted best as a scaling term; index
 # changes inside a fusion (associative scans are all strided slices and pads: 95 ops took
