@@ -168,9 +168,13 @@ def test_regions_sum_to_the_prediction():
 
 
 def test_the_unrolled_loop_is_blamed_first_by_its_line():
-    top = costmodel.blame(hidden_loop, X, W).regions[0]
+    regions = costmodel.blame(hidden_loop, X, W).regions
+    top = regions[0]
     assert top.source == _line(hidden_loop, "jnp.tanh(x @ w)")
-    assert top.name == "hidden_loop" and top.share > 0.8
+    # 69% (schema 15: its 300 steps are the same few kernels, which XLA:CPU compiles once;
+    # the fixed cost of any compile is 18%), every other line under 2%
+    assert top.name == "hidden_loop" and top.share > 0.6
+    assert all(r.share < 0.02 for r in regions[1:] if r.source.startswith("test_blame.py"))
     assert top.ops >= 300 * 4
 
 
@@ -197,12 +201,16 @@ def test_cli_blame_prints_the_top_regions_and_json(tmp_path, monkeypatch, capsys
                        "    return s + jnp.sum(x)\n")
     monkeypatch.chdir(tmp_path)
     args = ["prog.py:step", "--arg", "f32[32,64]", "--arg", "f32[64,64]"]
-    assert cli.main(["blame", *args, "--top", "2"]) == 0
+    # a 73 ms compile of 100 steps that are one kernel: the fixed cost of any compile
+    # (44%) and what the loop shares with the rest (28%) come before the loop's line (23%)
+    assert cli.main(["blame", *args, "--top", "3"]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert len(table) == 4 and table[2].startswith("prog.py:6")
+    assert len(table) == 5 and table[2].startswith("(fixed cost of any compile)")
+    assert table[4].startswith("prog.py:6")
     assert cli.main(["blame", *args, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["regions"][0]["source"] == "prog.py:6"
+    lines = [r["source"] for r in out["regions"] if r["source"].startswith("prog.py")]
+    assert lines == ["prog.py:6", "prog.py:4", "prog.py:7"]
     assert sum(r["seconds"] for r in out["regions"]) == pytest.approx(out["compile_seconds"])
 
 
