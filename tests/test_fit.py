@@ -10,8 +10,7 @@ from sklearn.exceptions import NotFittedError
 from costmodel.models.power_law import baseline_log
 from costmodel.models.predictor import TargetModel
 from costmodel.training.fitting.baseline import overhead_power_law, power_law_coef
-from costmodel.training.fitting.estimator import (ADDED_TERMS, CompileCostModel, conformal_bounds,
-                                                  size_bands)
+from costmodel.training.fitting.estimator import ADDED_TERMS, CompileCostModel, conformal_bounds, size_bands
 from costmodel.training.fitting.fit import features_frame, labels, train
 
 # Small trees keep the suite fast; the behaviour under test does not depend on size.
