@@ -1,15 +1,18 @@
 """Whether XLA:CPU compiles a repeated fusion once: N layers of `x @ w` then elementwise
-math, compiled three ways, so each has 2N fusions of the same ops.
+math, compiled four ways, so each has about 2N fusions of the same ops.
 
     python bench/kernel_reuse.py [--layers 50 150] [--repeats 3] [--json PATH]
 
 - same: every layer's weight has one shape and its math the same constants, so the
   fusions are identical;
 - shapes: layer i's weight is (64 + i) x (65 + i), so no two fusions share shapes;
-- constants: one shape, but layer i scales by 0.5 + 0.001 i, a constant inside its fusion.
+- constants: one shape, but layer i scales by 0.5 + 0.001 i, a constant inside its fusion;
+- stacked: as same, but the weights are one (N, 64, 64) array and layer i slices row i
+  out of it (as layer stacks do), so each layer adds a slice at an offset of its own.
 
 Compiled in turn, `repeats` rounds, each a new function with the compilation cache off.
-If fusions compiled one by one, the three would take about as long.
+If fusions compiled one by one, the four would take about as long. Each line also gives
+the distinct fused computations of XLA's optimized module (`distinct_kernels.counts`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ import statistics
 import time
 from pathlib import Path
 
-KINDS = ("same", "shapes", "constants")
+from distinct_kernels import counts
+
+KINDS = ("same", "shapes", "constants", "stacked")
 
 
 def program(kind: str, layers: int):
@@ -29,21 +34,23 @@ def program(kind: str, layers: int):
     import jax.numpy as jnp
 
     def fn(x, weights):
-        for i, w in enumerate(weights):
-            y = x @ w
+        for i in range(len(weights)):
+            y = x @ weights[i]
             scale = 0.5 + 0.001 * i if kind == "constants" else 0.5
             x = jnp.tanh(y) * scale + jnp.sin(y) * 0.25 - 1.0
         return x
 
     if kind == "shapes":
         weights = [jax.ShapeDtypeStruct((64 + i, 65 + i), jnp.float32) for i in range(layers)]
+    elif kind == "stacked":
+        weights = jax.ShapeDtypeStruct((layers, 64, 64), jnp.float32)
     else:
         weights = [jax.ShapeDtypeStruct((64, 64), jnp.float32)] * layers
     return fn, (jax.ShapeDtypeStruct((8, 64), jnp.float32), weights)
 
 
-def compile_once(kind: str, layers: int) -> tuple[float, int]:
-    """Seconds to compile, and the fusions in XLA's optimized module."""
+def compile_once(kind: str, layers: int) -> tuple[float, dict[str, int]]:
+    """Seconds to compile, and the fusions of XLA's optimized module (`counts`)."""
     import jax
 
     fn, args = program(kind, layers)
@@ -51,7 +58,7 @@ def compile_once(kind: str, layers: int) -> tuple[float, int]:
     start = time.perf_counter()
     compiled = lowered.compile()
     seconds = time.perf_counter() - start
-    return seconds, compiled.as_text().count(" fusion(")
+    return seconds, counts(compiled.as_text())
 
 
 def main() -> None:
@@ -65,15 +72,18 @@ def main() -> None:
     jax.config.update("jax_enable_compilation_cache", False)
     seconds: dict[str, list[float]] = {}
     fusions: dict[str, int] = {}
+    distinct: dict[str, int] = {}
     for _ in range(args.repeats):
         for layers in args.layers:
             for kind in KINDS:
                 key = f"{kind} {layers}"
-                took, fusions[key] = compile_once(kind, layers)
+                took, found = compile_once(kind, layers)
+                fusions[key], distinct[key] = found["fusion_instructions"], found["distinct_fused"]
                 seconds.setdefault(key, []).append(took)
     median = {key: statistics.median(values) for key, values in seconds.items()}
     for key, values in seconds.items():
-        print(f"{key:14s} fusions {fusions[key]:4d}  median {median[key]:6.3f} s  "
+        print(f"{key:14s} fusions {fusions[key]:4d} distinct {distinct[key]:4d}  "
+              f"median {median[key]:6.3f} s  "
               + " ".join(f"{v:6.3f}" for v in values))
     if len(args.layers) > 1:
         low, high = min(args.layers), max(args.layers)
@@ -82,7 +92,8 @@ def main() -> None:
         print("ms per added fusion: " + ", ".join(f"{k} {v:.2f}" for k, v in per.items()))
     if args.json:
         args.json.write_text(json.dumps({"jax": jax.__version__, "repeats": args.repeats,
-                                         "seconds": seconds, "fusions": fusions}, indent=1)
+                                         "seconds": seconds, "fusions": fusions,
+                                         "distinct_fused": distinct}, indent=1)
                              + "\n")
 
 
