@@ -606,7 +606,7 @@ def _layers(shapes: list, scales: list):
 
 @pytest.mark.parametrize("shapes, scales, distinct", [
     # XLA:CPU compiles a repeated kernel once (`bench/kernel_reuse.py`: 0.5 ms per
-    # repeated fusion, 9-10 ms per new one), so alike layers are one kernel ...
+    # repeated fusion, 7-14 ms per new one), so alike layers are one kernel ...
     ([(16, 16)] * 6, [0.5] * 6, 1),
     # ... but not with a weight of another shape, or a constant of their own inside
     ([(16 + i, 17 + i) for i in range(6)], [0.5] * 6, 6),
