@@ -94,8 +94,8 @@ BASELINE_TERMS = {
 # largest fold measured: with the `constant_fold` family held out, median fold 4.3 / max
 # 32 without these terms, 3.7 / 19 with them (nothing else in the corpus folds much).
 # Distinct fusions (schema 15) are a cost of their own: XLA:CPU compiles a fusion it has
-# compiled before almost for free (`bench/kernel_reuse.py`: 0.53 ms per repeated fusion
-# against 8.8-10.1 ms per distinct one), so a model that grows with all fusions
+# compiled before almost for free (`bench/kernel_reuse.py`: 0.46 ms per repeated fusion
+# against 6.9-14.4 ms per distinct one), so a model that grows with all fusions
 # over-predicts long unrolled programs. As a tree input only, trained on programs under
 # 3 s and tested on those of 10 s or more, median fold 1.81 / p90 18.9; as an added term,
 # 1.67 / 3.5 (libraries held out: 1.179 -> 1.157).
