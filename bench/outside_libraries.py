@@ -154,14 +154,16 @@ def score(out: Path, target: str = "") -> dict:
         # as the other benches store them (`training.evaluation.outside`), so model cards
         # and tests score any model of this schema on these programs without compiling
         # (predictions unscaled there, as theirs)
+        # (host memory too, which widens the model's host-memory interval)
         "results": [{"program": f"{f} {p}", "library": lib, "model_inputs": inputs,
                      "measured_s": float(s), "predicted_s": float(pt),
                      "interval_s": [float(lo), float(hi)], "fold_scaled": float(fo),
-                     "inside_interval_scaled": bool(lo * scale <= s <= hi * scale)}
-                    for f, p, lib, inputs, s, pt, lo, hi, fo in zip(
+                     "inside_interval_scaled": bool(lo * scale <= s <= hi * scale),
+                     "measured_peak_rss_bytes": float(r)}
+                    for f, p, lib, inputs, s, pt, lo, hi, fo, r in zip(
                         rows["family"], rows["params"], libraries, inputs,
                         seconds, *(predicted["compile_seconds"][k] for k in ("point", "lo", "hi")),
-                        time_folds)],
+                        time_folds, rss)],
         "skipped": {},
     }
 

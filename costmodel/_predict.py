@@ -59,8 +59,8 @@ class Prediction:
     model_version: str
     calibration_scale: float = 1.0
     # How far the program's model inputs lie from every training row (`models.novelty`;
-    # None for a model saved without them): past the model's widening onset its
-    # compile-time interval is wider.
+    # None for a model saved without them): past a widening's onset the compile-time
+    # or host-memory interval is wider.
     distance_from_training: float | None = None
     features: Features | None = field(default=None, repr=False, compare=False)
     _artifact: Any = field(default=None, repr=False, compare=False)

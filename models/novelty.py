@@ -1,4 +1,4 @@
-"""How unlike the training programs a program is, and how far that widens its interval.
+"""How unlike the training programs a program is, and how far that widens its intervals.
 
 The compile-time interval comes from held-out residuals of the corpus, and covers the
 corpus's libraries held out about equally well near and far from the other training rows.
@@ -7,7 +7,8 @@ libraries, CPU model of 2026-12-02), the two fifths whose model inputs lay farth
 every training row fell inside the interval 61-63% of the time, the nearer three fifths
 83-96%; the corpus's libraries held out, 92-96% in every fifth (`bench/interval_novelty.py`,
 `bench/data/novelty/`). So the interval's log offsets scale with that distance
-(`Widening`), fitted on those benches (`training.evaluation.interval_widening`).
+(`Widening`), fitted on those benches (`training.evaluation.interval_widening`). The
+host-memory interval widens the same way, fitted on the benches that measured host memory.
 
 Distance: the mean Euclidean distance to the `NEIGHBORS` nearest training rows, each model
 input as log(1 + count) standardized by the training rows' spread.
@@ -29,8 +30,9 @@ NEIGHBORS = 5
 # Floor of a model input's spread (in log units): an input constant over the training rows
 # would otherwise turn any change of it into an enormous distance.
 SPREAD_FLOOR = 0.25
-# The target whose interval widens: the benches time compiles.
-WIDENED_TARGET = "compile_seconds"
+# The targets whose intervals widen: the benches time compiles, and the outside-libraries
+# runs also measure each compile's peak host memory.
+WIDENED_TARGETS = ("compile_seconds", "peak_rss_bytes")
 
 
 def log_inputs(values: np.ndarray) -> np.ndarray:
@@ -94,7 +96,7 @@ class Novelty:
 
 @dataclass(frozen=True)
 class Widening:
-    """How much the compile-time interval's log offsets grow with a program's distance d
+    """How much a target's interval log offsets grow with a program's distance d
     from the training rows: `max(1, factor * max(1, d / onset) ** power)`.
 
     Never below 1: the held-out residuals set the narrowest interval, and the benches can

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .forest import FlatForest
-from .novelty import WIDENED_TARGET, Novelty, Widening
+from .novelty import Novelty, Widening
 from .phase_shares import PhaseShares
 from .power_law import baseline_log
 from .table import Table, augment
@@ -29,10 +29,11 @@ TARGETS = ("compile_seconds", "peak_rss_bytes", "executable_memory_bytes")
 # program can be a few bytes. Compile time is always positive.
 LOG_OFFSETS = {"compile_seconds": 0.0, "peak_rss_bytes": float(2**20),
                "executable_memory_bytes": float(2**10)}
-# Format 2 added the training rows' `novelty` and the interval's `widening`; format 1
-# files (the widening, if any, was multiplied into the interval offsets) still load.
-FORMAT = 2
-READABLE_FORMATS = (1, 2)
+# Format 2 added the training rows' `novelty` and the compile-time interval's `widening`,
+# format 3 a widening per target (`widenings`); format 1 files (the widening, if any, was
+# multiplied into the interval offsets) and format 2 files still load.
+FORMAT = 3
+READABLE_FORMATS = (1, 2, 3)
 _EPS = 1e-12
 
 
@@ -108,7 +109,8 @@ class Predictor:
         phase_shares: How compile time splits into parts of XLA's compile (the predicted
             parts `costmodel profile` shows), or None.
         novelty: The training rows, to tell how far a program lies from them, or None.
-        widening: How the compile-time interval widens with that distance, or None.
+        widenings: How each target's interval widens with that distance (targets not
+            named keep their fitted interval).
 
     Example:
         >>> predictor.predict([features.model_inputs()])["compile_seconds"]["hi"]
@@ -122,7 +124,7 @@ class Predictor:
     recipe: Mapping[str, Any] | None = field(default=None)
     phase_shares: PhaseShares | None = None
     novelty: Novelty | None = None
-    widening: Widening | None = None
+    widenings: Mapping[str, Widening] = field(default_factory=dict)
 
     def table(self, X) -> Table:
         """The model's inputs and derived columns for X (a DataFrame or feature mappings)."""
@@ -163,14 +165,15 @@ class Predictor:
         both (None for a model saved without its training rows, or when not wanted and
         the widening does not need it)."""
         table = self.table(X)
-        needed = self.widening is not None and self.widening.uses_distance
+        needed = any(rule.uses_distance for rule in self.widenings.values())
         distance = (self.distance(table) if self.novelty is not None
                     and (want_distance or needed) else None)
         out = {}
         for target, z in self._log_points(table).items():
             lo, hi = self.targets[target].interval_offsets(z)
-            if target == WIDENED_TARGET and self.widening is not None:
-                scale = self.widening.scale(distance if needed else np.zeros(len(z)))
+            rule = self.widenings.get(target)
+            if rule is not None:
+                scale = rule.scale(distance if rule.uses_distance else np.zeros(len(z)))
                 lo, hi = lo * scale, hi * scale
             out[target] = {"point": from_log(target, z), "lo": from_log(target, z + lo),
                            "hi": from_log(target, z + hi)}
@@ -217,7 +220,7 @@ class Predictor:
                     "terms": list(self.phase_shares.terms),
                     "modelled": list(self.phase_shares.modelled)},
                 "novelty": self.novelty is not None,
-                "widening": None if self.widening is None else self.widening.as_dict()}
+                "widenings": {target: rule.as_dict() for target, rule in self.widenings.items()}}
         arrays["meta"] = np.array(json.dumps(meta, allow_nan=False))
         return arrays
 
@@ -255,8 +258,7 @@ class Predictor:
                        tuple(shares["terms"]), tuple(shares["modelled"]),
                        np.asarray(arrays["phase_shares.coef"], float)),
                    novelty=Novelty.from_arrays(arrays) if meta.get("novelty") else None,
-                   widening=None if meta.get("widening") is None
-                   else Widening.from_dict(meta["widening"]))
+                   widenings=_widenings(meta))
 
     def save(self, handle) -> None:
         """Write the model as an uncompressed `.npz` to a binary file handle; the same
@@ -275,6 +277,15 @@ class Predictor:
         """Read a model `save` wrote; nothing in the file is unpickled."""
         with np.load(path, allow_pickle=False) as arrays:
             return cls.from_arrays({name: arrays[name] for name in arrays.files})
+
+
+def _widenings(meta: Mapping) -> dict[str, Widening]:
+    """The widening per target a model's description holds (format 2: compile time's only)."""
+    if meta.get("format") == 2:
+        single = meta.get("widening")
+        return {} if single is None else {"compile_seconds": Widening.from_dict(single)}
+    return {target: Widening.from_dict(rule) for target, rule in
+            (meta.get("widenings") or {}).items()}
 
 
 def as_predictor(model) -> Predictor:

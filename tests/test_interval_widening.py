@@ -124,7 +124,7 @@ def test_widening_raises_the_interval_to_each_programs_scale_around_the_same_poi
     predictor = widening.unwidened(load_default("gpu", "h100")).predictor
     inputs = h100_inputs()
     rule = Widening(factor=1.2, onset=3.0, power=1.0)
-    widened = widening.widen(predictor, rule)
+    widened = widening.widen(predictor, {"compile_seconds": rule})
     before = predictor.predict(inputs)["compile_seconds"]
     after = widened.predict(inputs)["compile_seconds"]
     scale = rule.scale(predictor.distance(inputs))
@@ -132,9 +132,15 @@ def test_widening_raises_the_interval_to_each_programs_scale_around_the_same_poi
     assert after["point"] == pytest.approx(before["point"])
     assert after["hi"] / after["point"] == pytest.approx((before["hi"] / before["point"]) ** scale)
     assert after["lo"] / after["point"] == pytest.approx((before["lo"] / before["point"]) ** scale)
-    memory = "peak_rss_bytes"
+    memory = "peak_rss_bytes"  # a target without a rule keeps its fitted interval
     assert widened.predict(inputs)[memory]["hi"] == \
         pytest.approx(predictor.predict(inputs)[memory]["hi"])
+    both = widening.widen(predictor, {"compile_seconds": rule, memory: Widening(1.5)})
+    fitted, wide = predictor.predict(inputs)[memory], both.predict(inputs)[memory]
+    assert wide["point"] == pytest.approx(fitted["point"])
+    assert np.log(wide["hi"] + 2**20) - np.log(wide["point"] + 2**20) == pytest.approx(
+        1.5 * (np.log(fitted["hi"] + 2**20) - np.log(fitted["point"] + 2**20)))
+    assert both.predict(inputs)["compile_seconds"]["hi"] == pytest.approx(after["hi"])
 
 
 def test_corpus_ratios_measure_each_library_from_the_others(tmp_path):
@@ -175,7 +181,7 @@ def test_the_shipped_models_record_the_widening_their_benches_fitted():
     schema 12 one factor, x1.08 (88.1% and 94.4%); schema 11, max(1, d / 5.5)^0.5 (90.7%,
     94.8%). H100 (schema 15): x1.0007, growing as (d / 16.0)^1.5 past 16.0 (88.2% held
     out; schema 14: x1.083)."""
-    cpu = load_default("cpu").manifest["metrics"]["interval_widening"]
+    cpu = load_default("cpu").manifest["metrics"]["interval_widening"]["compile_seconds"]
     assert cpu["factor"] == pytest.approx(1.005, abs=0.001)
     assert cpu["power"] == 0.0 and cpu["onset"] is None
     assert cpu["coverage_before"]["outside_libraries"] == pytest.approx(0.925)
@@ -185,14 +191,42 @@ def test_the_shipped_models_record_the_widening_their_benches_fitted():
     assert cpu["coverage_before"]["unseen_programs"] == pytest.approx(16 / 19)
     assert cpu["coverage_after"]["unseen_programs"] == pytest.approx(17 / 19)
     assert cpu["coverage_library_held_out"]["all"] == pytest.approx(0.915, abs=0.001)
-    assert cpu["leave_library_out_coverage_before"] == pytest.approx(0.906, abs=0.001)
-    assert cpu["leave_library_out_coverage"] == pytest.approx(0.908, abs=0.001)
-    h100 = load_default("gpu", "h100").manifest["metrics"]["interval_widening"]
+    # refitted from the library-held-out predictions made again for it (2026-12-04): 91.0%
+    # before, where the build's own evaluation had 90.6% (two of 466 rows)
+    assert cpu["leave_library_out_coverage_before"] == pytest.approx(0.910, abs=0.001)
+    assert cpu["leave_library_out_coverage"] == pytest.approx(0.912, abs=0.001)
+    h100 = load_default("gpu", "h100").manifest["metrics"]["interval_widening"][
+        "compile_seconds"]
     assert h100["factor"] == pytest.approx(1.0007, abs=0.0001) and h100["power"] == 1.5
     assert h100["onset"] == pytest.approx(15.97, abs=0.01)
     assert h100["coverage_before"]["outside_libraries_h100"] == 0.825
     assert h100["coverage_after"]["outside_libraries_h100"] == 0.85
     assert h100["coverage_library_held_out"]["all"] == pytest.approx(0.882, abs=0.001)
+
+
+def test_the_shipped_models_widen_host_memory_past_a_distance():
+    """Fitted on the host memory the outside-libraries runs measured (11 libraries no
+    training row uses; the CPU's two runs are the same 40 programs measured twice), the
+    only benches that measure it. Unwidened, the intervals covered 77.5% and 85% of the
+    CPU runs and 75% of the H100 run, the misses mostly far from the training rows (the
+    spline flows and jax-md's unrolled gradient over-predicted 2-2.6x). CPU: x1.074,
+    growing as (d / 10.2)^0.75; H100: x1.065, growing as (d / 6.4)^0.5. Each library held
+    out of the fit: 92.5% (CPU) and 95% (H100); the corpus's libraries held out 92.7% ->
+    94.6% (CPU) and 89.6% -> 93.4% (H100), inside the 85-95% band the fit keeps."""
+    memory = "peak_rss_bytes"
+    cpu = load_default("cpu").manifest["metrics"]["interval_widening"][memory]
+    assert cpu["factor"] == pytest.approx(1.074, abs=0.001) and cpu["power"] == 0.75
+    assert cpu["onset"] == pytest.approx(10.17, abs=0.01)
+    assert cpu["coverage_before"] == {"outside_libraries": 0.775, "outside_libraries_pass2": 0.85}
+    assert cpu["coverage_library_held_out"]["all"] == pytest.approx(0.925)
+    assert cpu["leave_library_out_coverage_before"] == pytest.approx(0.927, abs=0.001)
+    assert cpu["leave_library_out_coverage"] == pytest.approx(0.946, abs=0.001)
+    h100 = load_default("gpu", "h100").manifest["metrics"]["interval_widening"][memory]
+    assert h100["factor"] == pytest.approx(1.065, abs=0.001) and h100["power"] == 0.5
+    assert h100["onset"] == pytest.approx(6.43, abs=0.01)
+    assert h100["coverage_before"] == {"outside_libraries_h100": 0.75}
+    assert h100["coverage_library_held_out"]["all"] == pytest.approx(0.95)
+    assert h100["leave_library_out_coverage"] == pytest.approx(0.934, abs=0.001)
 
 
 def test_the_shipped_cpu_interval_is_its_fitted_band_widened():
@@ -201,7 +235,8 @@ def test_the_shipped_cpu_interval_is_its_fitted_band_widened():
     from costmodel.training.evaluation.outside import score, stored_results
 
     model = load_default("cpu")
-    recorded = model.manifest["metrics"]["interval_widening"]["coverage_after"]
+    recorded = model.manifest["metrics"]["interval_widening"]["compile_seconds"][
+        "coverage_after"]
     for name, data in stored_results(ROOT / "bench/results", "cpu").items():
         assert score(model, data)["coverage"] == pytest.approx(recorded[name]), name
 
@@ -212,15 +247,25 @@ def test_a_retrained_model_takes_the_shipped_models_widening():
 
     widened, record = widening.with_shipped_widening(Fitted, "cpu")
     shipped = load_default("cpu")
-    assert record == {**shipped.predictor.widening.as_dict(), "from": shipped.version}
+    assert set(record) == {"compile_seconds", "peak_rss_bytes"}
+    for target, rule in shipped.predictor.widenings.items():
+        assert record[target] == {**rule.as_dict(), "from": shipped.version}
     inputs = h100_inputs(3)
     before = Fitted.predictor.predict(inputs)["compile_seconds"]
     after = widened.predict(inputs)["compile_seconds"]
     # the distances are from the retrained model's own rows
-    scale = shipped.predictor.widening.scale(Fitted.predictor.distance(inputs))
+    scale = shipped.predictor.widenings["compile_seconds"].scale(
+        Fitted.predictor.distance(inputs))
     assert after["hi"] / after["point"] == pytest.approx((before["hi"] / before["point"]) ** scale)
-    assert widening.shipped_widening("tpu") == {"factor": 1.0, "onset": None, "power": 0.0,
-                                                "from": None}
+    assert widening.shipped_widening("tpu") == {}
+
+
+def test_a_record_of_before_host_memory_widened_is_compile_times():
+    old = {"factor": 1.2, "onset": None, "power": 0.0, "from": "cpu-1"}
+    assert widening.widening_reports({"interval_widening": old}) == {"compile_seconds": old}
+    assert widening.widening_reports({}) == {}
+    assert widening.widening_reports({"interval_widening": {"compile_seconds": old}}) == \
+        {"compile_seconds": old}
 
 
 def test_refreshing_without_the_evaluation_fits_one_factor_and_draws_it(tmp_path):
@@ -239,11 +284,11 @@ def test_refreshing_without_the_evaluation_fits_one_factor_and_draws_it(tmp_path
     shutil.copytree(ROOT / "models/default/cpu", folder)
     refreshed = refresh_widening(folder, [ROOT / "training/data/cpu/rows.parquet"],
                                  ROOT / "bench/results")
-    record = refreshed.manifest["metrics"]["interval_widening"]
+    record = refreshed.manifest["metrics"]["interval_widening"]["compile_seconds"]
     assert record["factor"] == pytest.approx(1.005, abs=0.001) and record["power"] == 0.0
     inputs = h100_inputs(3)
     shipped = load_default("cpu").predictor
-    before = widening.widen(shipped, Widening()).predict(inputs)["compile_seconds"]
+    before = widening.widen(shipped, {}).predict(inputs)["compile_seconds"]
     after = load(folder).predict(inputs)["compile_seconds"]
     assert after["hi"] / after["point"] == pytest.approx(
         (before["hi"] / before["point"]) ** record["factor"])
@@ -251,3 +296,10 @@ def test_refreshing_without_the_evaluation_fits_one_factor_and_draws_it(tmp_path
     assert "multiplied by 1.00" in card and "outside_libraries 92%" in card
     assert "![interval_widening_cpu](interval_widening_cpu.png)" in card
     assert (folder / "interval_widening_cpu.png").stat().st_size > 10_000
+    # host memory: one factor too, from the two outside-libraries runs (both runs' 11
+    # libraries; with the evaluation it grows with distance instead)
+    memory = refreshed.manifest["metrics"]["interval_widening"]["peak_rss_bytes"]
+    assert memory["factor"] == pytest.approx(1.49, abs=0.01) and memory["power"] == 0.0
+    assert memory["programs"] == 80 and memory["libraries"] == 11
+    assert "host-memory interval's log offsets are multiplied by 1.49" in card
+    assert (folder / "interval_widening_peak_rss_bytes_cpu.png").stat().st_size > 10_000

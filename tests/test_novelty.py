@@ -63,38 +63,60 @@ def test_distances_of_the_shipped_model_rank_strangers_farther():
     assert strangers.max() > 15
 
 
-def test_a_model_saved_with_novelty_and_widening_loads_the_same():
-    # a rule that grows with distance (the shipped one does since schema 13) must survive
-    # saving
-    predictor = replace(load_default("cpu").predictor,
-                        widening=Widening(factor=1.1, onset=5.5, power=0.5))
-    assert predictor.novelty is not None and predictor.widening.uses_distance
+def test_a_model_saved_with_novelty_and_widenings_loads_the_same():
+    # rules that grow with distance (the shipped ones do), one per widened target, must
+    # survive saving
+    rules = {"compile_seconds": Widening(factor=1.1, onset=5.5, power=0.5),
+             "peak_rss_bytes": Widening(factor=1.2, onset=8.0, power=0.75)}
+    predictor = replace(load_default("cpu").predictor, widenings=rules)
+    assert predictor.novelty is not None
     buffer = io.BytesIO()
     predictor.save(buffer)
     buffer.seek(0)
     loaded = Predictor.load(buffer)
-    assert loaded.widening == predictor.widening
+    assert loaded.widenings == rules
     assert loaded.novelty.reference.dtype == np.float16
     inputs = [json.loads((ROOT / "bench/results/outside_libraries.json").read_text()
                          )["results"][i]["model_inputs"] for i in range(3)]
-    assert loaded.predict(inputs)["compile_seconds"]["hi"] == pytest.approx(
-        predictor.predict(inputs)["compile_seconds"]["hi"])
+    for target in rules:
+        assert loaded.predict(inputs)[target]["hi"] == pytest.approx(
+            predictor.predict(inputs)[target]["hi"])
+
+
+def test_a_format_2_model_widens_only_compile_time():
+    """Before host memory widened, a model held one rule, compile time's."""
+    predictor = replace(load_default("cpu").predictor, widenings={})
+    arrays = predictor.arrays()
+    meta = json.loads(str(arrays["meta"][()]))
+    meta["format"] = 2
+    del meta["widenings"]
+    meta["widening"] = {"factor": 1.3, "onset": None, "power": 0.0}
+    arrays["meta"] = np.array(json.dumps(meta))
+    old = Predictor.from_arrays(arrays)
+    assert old.widenings == {"compile_seconds": Widening(factor=1.3)}
+    inputs = [json.loads((ROOT / "bench/results/outside_libraries.json").read_text()
+                         )["results"][0]["model_inputs"]]
+    fitted, widened = predictor.predict(inputs), old.predict(inputs)
+    assert np.log(widened["compile_seconds"]["hi"] / widened["compile_seconds"]["point"]) \
+        == pytest.approx(1.3 * np.log(fitted["compile_seconds"]["hi"]
+                                      / fitted["compile_seconds"]["point"]))
+    assert widened["peak_rss_bytes"]["hi"] == pytest.approx(fitted["peak_rss_bytes"]["hi"])
 
 
 def test_a_format_1_model_loads_and_says_why_it_has_no_distances():
-    predictor = replace(load_default("gpu", "h100").predictor, novelty=None, widening=None)
+    predictor = replace(load_default("gpu", "h100").predictor, novelty=None, widenings={})
     arrays = predictor.arrays()
     meta = json.loads(str(arrays["meta"][()]))
     meta["format"] = 1
-    del meta["novelty"], meta["widening"]
+    del meta["novelty"], meta["widenings"]
     arrays["meta"] = np.array(json.dumps(meta))
     old = Predictor.from_arrays(arrays)
-    assert old.novelty is None and old.widening is None
+    assert old.novelty is None and old.widenings == {}
     with pytest.raises(ValueError, match="format 1"):
         old.distance([{name: 1.0 for name in old.feature_names}])
-    meta["format"] = 3
+    meta["format"] = 4
     arrays["meta"] = np.array(json.dumps(meta))
-    with pytest.raises(ValueError, match="reads formats 1, 2"):
+    with pytest.raises(ValueError, match="reads formats 1, 2, 3"):
         Predictor.from_arrays(arrays)
 
 
@@ -108,7 +130,7 @@ def test_a_fitted_estimator_keeps_its_training_rows():
     values = features_frame(small).to_numpy(float)
     assert model.predictor.novelty.distance(values) == pytest.approx(
         Novelty.of(values).distance(values))
-    assert model.predictor.widening is None
+    assert model.predictor.widenings == {}
     assert Widening().scale(model.predictor.distance(features_frame(small).head(2))) == \
         pytest.approx([1.0, 1.0])
 
@@ -138,8 +160,9 @@ def test_a_prediction_reports_its_distance_and_far_programs_get_wider_intervals(
     assert far.distance_from_training == pytest.approx(9.30, abs=0.01)
     assert far.to_dict()["distance_from_training"] == far.distance_from_training
     shipped = load_default("cpu").predictor
-    unwidened = replace(shipped, widening=None)
-    by_distance = replace(shipped, widening=Widening(factor=1.0, onset=5.52, power=0.5))
+    unwidened = replace(shipped, widenings={})
+    by_distance = replace(shipped, widenings={
+        "compile_seconds": Widening(factor=1.0, onset=5.52, power=0.5)})
     far_scale = (far.distance_from_training / 5.52) ** 0.5
     assert far_scale == pytest.approx(1.30, abs=0.01)
     for prediction, scale in ((near, 1.0), (far, far_scale)):
@@ -148,7 +171,8 @@ def test_a_prediction_reports_its_distance_and_far_programs_get_wider_intervals(
         fitted_width = np.log(fitted["hi"][0] / fitted["point"][0])
         lo, hi = prediction.compile_seconds_interval
         assert np.log(hi / prediction.compile_seconds) == pytest.approx(
-            shipped.widening.scale(np.array([prediction.distance_from_training]))[0]
+            shipped.widenings["compile_seconds"].scale(
+                np.array([prediction.distance_from_training]))[0]
             * fitted_width)
         grown = by_distance.predict(inputs)["compile_seconds"]
         assert np.log(grown["hi"][0] / grown["point"][0]) == pytest.approx(

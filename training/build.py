@@ -11,7 +11,7 @@ import pandas as pd
 
 from costmodel.features import Placement
 from costmodel.models import Artifact, default_path, load
-from costmodel.models.novelty import Novelty, Widening
+from costmodel.models.novelty import WIDENED_TARGETS, Novelty, Widening
 
 from .evaluation import plots
 from .evaluation.evaluate import evaluate, run_evaluation, with_keys
@@ -19,6 +19,7 @@ from .evaluation.interval_widening import (
     bench_ratios,
     corpus_ratios,
     fit_widening,
+    rules_of,
     unwidened,
     widen,
     with_shipped_widening,
@@ -85,7 +86,7 @@ def refresh_widening(path: Path, data_paths: Sequence[str | Path], outside_resul
     """Refit the interval widening of the model saved at `path` (trained on `data_paths`)
     from the bench runs stored in `outside_results`, and rewrite its card, without
     retraining: after a bench run adds programs, the predictor stays as it was but for its
-    compile-time interval. The card's plots are the ones already in `path`; `predictions`
+    intervals. The card's plots are the ones already in `path`; `predictions`
     (`build_default`'s `predictions_out` of this model) let the widening grow with a
     program's distance from the training rows, kept within what the corpus's libraries
     held out allow (without them, one factor). A model saved without its training rows'
@@ -109,34 +110,38 @@ def refresh_widening(path: Path, data_paths: Sequence[str | Path], outside_resul
 
 
 def _widening_figure(folder: Path, backend: str, target: str) -> list[Path]:
-    """The widening's figure in `folder` if `_widened` drew one."""
-    path = plots.widening_figure_path(folder, Placement(backend, target).label)
-    return [path] if path.exists() else []
+    """The widenings' figures in `folder` that `_widened` drew."""
+    label = Placement(backend, target).label
+    paths = [plots.widening_figure_path(folder, label, quantity) for quantity in WIDENED_TARGETS]
+    return [path for path in paths if path.exists()]
 
 
 def _widened(artifact: Artifact, rows: pd.DataFrame, report: dict,
              outside_results: Path | None, predictions: pd.DataFrame | None
              ) -> tuple[Artifact, dict]:
-    """`artifact` saved with its compile-time interval widened as the benches' stored runs
-    ask (`interval_widening.fit_widening`; unwidened without stored runs), and the report
-    with the widening in it. `predictions` (the evaluation's, with keys) bound how far the
-    corpus's libraries held out may be covered."""
+    """`artifact` saved with each quantity's interval widened as the benches' stored runs
+    that measured it ask (`interval_widening.fit_widening`; unwidened without stored runs),
+    and the report with the widenings in it. `predictions` (the evaluation's, with keys)
+    bound how far the corpus's libraries held out may be covered."""
     artifact = unwidened(artifact)
-    widening = None
-    if outside_results is not None:
-        bench = bench_ratios(artifact, outside_results, artifact.backend, artifact.target)
-        corpus = None if predictions is None else corpus_ratios(predictions, rows)
+    label = Placement(artifact.backend, artifact.target).label
+    fitted = {}
+    for quantity in WIDENED_TARGETS:
+        figure = plots.widening_figure_path(artifact.path, label, quantity)
+        figure.unlink(missing_ok=True)  # a figure of an earlier widening would mislead
+        if outside_results is None:
+            continue
+        bench = bench_ratios(artifact, outside_results, artifact.backend, artifact.target,
+                             quantity)
+        corpus = None if predictions is None else corpus_ratios(predictions, rows, quantity)
         widening = fit_widening(bench, corpus)
-    predictor = artifact.predictor
-    figure = plots.widening_figure_path(artifact.path,
-                                        Placement(artifact.backend, artifact.target).label)
-    figure.unlink(missing_ok=True)  # a figure of an earlier widening would mislead
-    if widening is not None:
-        report = {**report, "interval_widening": widening}
-        predictor = widen(predictor, Widening.from_dict(widening))
-        plots.interval_widening(bench, corpus, predictor.widening, figure,
-                                Placement(artifact.backend, artifact.target).label)
-    artifact = save(predictor, artifact.path, backend=artifact.backend,
-                    target=artifact.target, data=rows, metrics=report,
-                    name=artifact.manifest["name"])
+        if widening is not None:
+            fitted[quantity] = widening
+            plots.interval_widening(bench, corpus, Widening.from_dict(widening), figure,
+                                    label, quantity)
+    if fitted:
+        report = {**report, "interval_widening": fitted}
+    artifact = save(widen(artifact.predictor, rules_of(fitted)), artifact.path,
+                    backend=artifact.backend, target=artifact.target, data=rows,
+                    metrics=report, name=artifact.manifest["name"])
     return artifact, report

@@ -19,7 +19,7 @@ from .evaluate import (
     SPLITS,
     backend_label,
 )
-from .interval_widening import CORPUS_COVERAGE
+from .interval_widening import CORPUS_COVERAGE, widening_reports
 from .outside import card_section
 
 
@@ -46,18 +46,31 @@ def markdown_table(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def widening_section(widening: dict | None) -> list[str]:
-    """Markdown lines on how the bench programs widened the intervals (none: no lines)."""
-    if widening is None:
+# How the card names each widened quantity, and what its bench programs are.
+QUANTITY_WORDS = {"compile_seconds": ("compile-time", "timings"),
+                  "peak_rss_bytes": ("host-memory", "host-memory measurements")}
+
+
+def widening_section(reports: dict[str, dict]) -> list[str]:
+    """Markdown lines on how the bench programs widened each quantity's interval
+    (`interval_widening.widening_reports`; none: no lines)."""
+    if not reports:
         return []
+    lines = ["## Intervals widened for programs unlike the training rows", ""]
+    for quantity, widening in reports.items():
+        lines += [_widening_paragraph(widening, *QUANTITY_WORDS[quantity]), ""]
+    return lines
+
+
+def _widening_paragraph(widening: dict, name: str, measured: str) -> str:
     benches = sorted(widening["coverage_before"])
 
     def shares(key: str) -> str:
         return ", ".join(f"{b} {widening[key][b]:.0%}" for b in benches)
 
     rule = Widening.from_dict(widening)
-    fitted_on = (f"{widening['programs']} timings of {widening['libraries']} libraries, each "
-                 f"library weighing the same; `training/evaluation/interval_widening.py`")
+    fitted_on = (f"{widening['programs']} {measured} of {widening['libraries']} libraries, "
+                 f"each library weighing the same; `training/evaluation/interval_widening.py`")
     if rule.uses_distance:
         growth = f"max(1, d / {rule.onset:.1f})^{rule.power:g}"
         formula = growth if rule.factor == 1 else f"{rule.factor:.2f} x {growth}"
@@ -65,15 +78,15 @@ def widening_section(widening: dict | None) -> list[str]:
         corpus = widening.get("leave_library_out_coverage", band[0])
         kept = ("" if band[0] <= corpus <= band[1] else
                 " (no such rule keeps them within it here: this one comes closest)")
-        opening = (f"Programs far from every training row miss the held-out-library interval "
-                   f"above more often than near ones, so its log offsets are multiplied by "
-                   f"{formula}, d a program's distance from the training rows "
+        opening = (f"Programs far from every training row miss the held-out-library {name} "
+                   f"interval above more often than near ones, so its log offsets are "
+                   f"multiplied by {formula}, d a program's distance from the training rows "
                    f"(`costmodel.models.novelty`): the narrowest such rule that puts "
                    f"{widening['coverage']:.0%} of the stored bench programs inside "
                    f"({fitted_on}) among those that keep the corpus's libraries held out "
                    f"covered {band[0]:.0%}-{band[1]:.0%}{kept}.")
     else:
-        opening = (f"The compile-time interval's log offsets are multiplied by "
+        opening = (f"The {name} interval's log offsets are multiplied by "
                    f"{rule.factor:.2f}, the smallest factor of at least 1 that puts "
                    f"{widening['coverage']:.0%} of the stored bench programs inside "
                    f"({fitted_on}).")
@@ -89,8 +102,7 @@ def widening_section(widening: dict | None) -> list[str]:
                      f"widened. The log width grows {scale['benches']:.2f}x on average on "
                      f"the bench programs and {scale['leave_library_out']:.2f}x on the "
                      f"corpus's held-out rows.")
-    return ["## Intervals widened for programs unlike the training rows", "",
-            " ".join(lines), ""]
+    return " ".join(lines)
 
 
 _FORM_WORDS = {"overhead": "a fixed cost plus a power law",
@@ -175,7 +187,7 @@ def write_card(path: Path, manifest: dict, report: dict, rows: pd.DataFrame,
              "bytes + offset (1 MiB peak RSS, 1 KiB executable). `power_law`: log target "
              "linear in log op count; `linear`: ridge on log1p of every feature.", "",
              markdown_table(report)]
-    text += widening_section(report.get("interval_widening"))
+    text += widening_section(widening_reports(report))
     if artifact is not None and outside_results is not None:
         text += card_section(artifact, outside_results, manifest["backend"], manifest["target"])
     text += ["## Limits", "",

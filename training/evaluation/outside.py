@@ -44,14 +44,27 @@ def current_results(folder: Path, backend: str, target: str = "") -> dict[str, d
             if data["schema_version"] == SCHEMA_VERSION}
 
 
-def scaled_predictions(artifact, data: dict) -> tuple[np.ndarray, ...]:
-    """`(point, lo, hi, measured)` compile seconds of one stored bench run, predictions
-    scaled by its reference time as `costmodel calibrate` would (`speed_scale`)."""
+# Where a stored bench result keeps each predicted quantity's measurement. Every bench
+# times compiles; the outside-libraries runs also keep each compile's peak host-RSS growth.
+MEASURED_KEYS = {"compile_seconds": "measured_s", "peak_rss_bytes": "measured_peak_rss_bytes"}
+
+
+def measures(data: dict, quantity: str) -> bool:
+    """Whether every program of a stored bench result has a measured `quantity`."""
+    return all(MEASURED_KEYS[quantity] in row for row in data["results"])
+
+
+def scaled_predictions(artifact, data: dict, quantity: str = "compile_seconds"
+                       ) -> tuple[np.ndarray, ...]:
+    """`(point, lo, hi, measured)` of `quantity` (compile seconds, or peak RSS bytes) of
+    one stored bench run; predicted seconds scaled by its reference time as `costmodel
+    calibrate` would scale them (`speed_scale`), memory as predicted (a faster machine
+    does not need less of it)."""
     rows = data["results"]
-    out = artifact.predict([row["model_inputs"] for row in rows])["compile_seconds"]
-    speed = speed_scale(artifact, data["reference_s"])
+    out = artifact.predict([row["model_inputs"] for row in rows])[quantity]
+    speed = speed_scale(artifact, data["reference_s"]) if quantity == "compile_seconds" else 1.0
     point, lo, hi = (out[key] * speed for key in ("point", "lo", "hi"))
-    return point, lo, hi, np.array([row["measured_s"] for row in rows], float)
+    return point, lo, hi, np.array([row[MEASURED_KEYS[quantity]] for row in rows], float)
 
 
 def speed_scale(artifact, reference_seconds: float) -> float:

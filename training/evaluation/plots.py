@@ -200,13 +200,15 @@ def figure_paths(folder: Path, label: str) -> list[Path]:
             for stem in ("predicted_vs_measured", "error_by_family", "scaling")]
 
 
-def widening_figure_path(folder: Path, label: str) -> Path:
-    return Path(folder) / f"interval_widening_{label}.png"
+def widening_figure_path(folder: Path, label: str, quantity: str = "compile_seconds") -> Path:
+    """Where `interval_widening` draws `quantity`'s widening for `label`."""
+    name = "interval_widening" if quantity == "compile_seconds" else f"interval_widening_{quantity}"
+    return Path(folder) / f"{name}_{label}.png"
 
 
 def interval_widening(bench: pd.DataFrame, corpus: pd.DataFrame | None, rule, path: Path,
-                      label: str = "cpu") -> Path:
-    """How far each program's compile time strayed, in units of its unwidened interval's
+                      label: str = "cpu", quantity: str = "compile_seconds") -> Path:
+    """How far each program's `quantity` strayed, in units of its unwidened interval's
     log offset, against its distance from the training rows (`interval_widening`'s
     ratios), with the widened interval's edge (`rule.scale`): points under it are inside."""
     plt = _pyplot()
@@ -226,7 +228,7 @@ def interval_widening(bench: pd.DataFrame, corpus: pd.DataFrame | None, rule, pa
     ax.set_ylim(bottom=1e-2)  # programs a hundredth of their offset off are all alike here
     ax.set_xlabel("distance from the training rows (mean of 5 nearest, standardized log inputs)")
     ax.set_ylabel("|log error| / interval log offset")
-    ax.set_title(f"{label}: which programs fall outside the 90% interval")
+    ax.set_title(f"{label} {quantity}: which programs fall outside the 90% interval")
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
