@@ -103,3 +103,31 @@ def test_nested_scopes_count_once_and_passes_by_exclusive_time():
 def test_a_trace_without_known_events_has_every_phase_missing():
     seconds, passes = phases_of(_profile([("SomethingElse", 0, 5)]))
     assert seconds == dict.fromkeys(PHASES) and passes == {}
+
+
+def test_a_gpu_compile_is_read_from_the_calling_threads_line():
+    """XLA:GPU compiles on the thread that asked (a deviceless H100 compile put every
+    scope on the "python" line; ptxas ran on the compile pool's threads). The fusion pass,
+    the costliest of the biggest H100 misses, is both a phase and a pass."""
+    ms = 1_000_000
+    profile = SimpleNamespace(planes=[SimpleNamespace(name="/host:CPU", lines=[
+        SimpleNamespace(name="python", events=[
+            SimpleNamespace(name=n, start_ns=s, duration_ns=d) for n, s, d in (
+                ("backend_compile_and_load", 0, 100 * ms),
+                ("OptimizeHloModule", 1 * ms, 60 * ms),
+                ("fusion", 2 * ms, 50 * ms),
+                ("priority-fusion", 3 * ms, 40 * ms),
+                ("cse", 55 * ms, 5 * ms),
+                ("CompileToBackendResult", 62 * ms, 30 * ms))]),
+        SimpleNamespace(name="tf_/1", events=[
+            SimpleNamespace(name="PTX->CUBIN", start_ns=70 * ms, duration_ns=8 * ms)]),
+        SimpleNamespace(name="tf_/2", events=[
+            SimpleNamespace(name="PTX->CUBIN", start_ns=70 * ms, duration_ns=6 * ms)])])])
+    seconds, passes = phases_of(profile)
+    assert seconds["gpu_hlo"] == pytest.approx(0.060)
+    assert seconds["gpu_priority_fusion"] == pytest.approx(0.040)
+    assert seconds["gpu_backend"] == pytest.approx(0.030)
+    assert seconds["gpu_ptx_threads"] == pytest.approx(0.014)  # thread-seconds, summed
+    assert seconds["hlo_through_layout"] is None and explained_seconds(seconds) is None
+    # the pipeline's own 60 - 50 - 5 ms and fusion's 50 - 40 are no pass's
+    assert passes == {"priority-fusion": 0.040, "fusion": 0.010, "cse": 0.005}

@@ -1,7 +1,8 @@
 """Where one XLA compile spends its time: per-phase seconds from a `jax.profiler` trace.
 
 XLA marks its compile phases with TraceMe scopes (`HLO passes through layout assignment
-(jit_f)`, `CpuCompiler::RunBackend`, `JitCompiler::Compile`, one scope per HLO pass).
+(jit_f)`, `CpuCompiler::RunBackend`, `JitCompiler::Compile`, one scope per HLO pass; for a
+GPU, `OptimizeHloModule`, `priority-fusion`, `CompileToBackendResult`).
 `PhaseTrace` records them around one compile and reads the `.xplane.pb` back. Event names
 change between XLA versions, so a phase whose events are absent is `None`, and a trace
 that cannot be taken at all gives every phase `None`: never an exception.
@@ -31,11 +32,25 @@ PHASES = {
     "jit": ("JitCompiler::Compile",),  # LLVM compile of the module on the compile thread
     # thread-seconds of fused kernels compiled on XLA's codegen pool (overlaps `emit`)
     "fusion_threads": ("FusionCompiler::Compile",),
+    # XLA:GPU (seen compiling deviceless for an H100): the HLO pipeline, its fusion pass
+    # (on the biggest H100 misses 47-84% of the compile), the backend (LLVM IR, PTX,
+    # cubin), and thread-seconds of ptxas on the compile pool
+    "gpu_hlo": ("OptimizeHloModule",),
+    "gpu_priority_fusion": ("priority-fusion",),
+    "gpu_backend": ("CompileToBackendResult",),
+    "gpu_ptx_threads": ("PTX->CUBIN",),
 }
+# The phases only XLA:GPU's compile has (a CPU compile leaves them missing, and the other
+# way round).
+GPU_PHASES = tuple(p for p in PHASES if p.startswith("gpu_"))
 # Phases that follow one another on the compile thread: their sum is what the trace
 # explains of a compile's wall time.
 PARTITION = ("hlo_through_layout", "hlo_after_layout", "backend")
 HLO_PIPELINES = ("hlo_through_layout", "hlo_after_layout")
+# Scopes whose nested events are HLO passes (for the top passes), on either backend, and
+# phases that are themselves one pass (listed among the top passes too).
+PASS_SCOPES = (*HLO_PIPELINES, "gpu_hlo")
+PASS_PHASES = ("gpu_priority_fusion",)
 TOP_PASSES = 5
 
 
@@ -69,14 +84,16 @@ def _union_seconds(intervals: list[tuple[int, int]]) -> float:
 
 
 def _lines(profile) -> list[list[tuple[str, int, int]]]:
-    """(name, start_ns, end_ns) of every host-plane event, line by line (one per thread)."""
+    """(name, start_ns, end_ns) of every host-plane event, line by line (one per thread).
+
+    The calling thread's line ("python") is read too: the Python tracer is off, so it holds
+    only TraceMe scopes, JAX's own on a CPU (whose compile runs on XLA's threads) and the
+    whole compile on a GPU."""
     lines = []
     for plane in profile.planes:
         if not plane.name.startswith("/host:"):
             continue
         for line in plane.lines:
-            if line.name == "python":
-                continue
             lines.append([(e.name, int(e.start_ns), int(e.start_ns + e.duration_ns))
                           for e in line.events])
     return lines
@@ -115,11 +132,12 @@ def phases_of(profile) -> tuple[dict[str, float | None], dict[str, float]]:
                 spans[phase].append((start, end))
         for phase, intervals in spans.items():
             seconds[phase] = (seconds[phase] or 0.0) + _union_seconds(intervals)
-        pipelines = [iv for p in HLO_PIPELINES for iv in spans.get(p, ())]
+        pipelines = [iv for p in PASS_SCOPES for iv in spans.get(p, ())]
         inside = [e for e in events
                   if any(s <= e[1] and e[2] <= t for s, t in pipelines)]
         for name, own in _exclusive_seconds(inside).items():
-            if _base_name(name) not in wanted:
+            phase = wanted.get(_base_name(name))
+            if phase is None or phase in PASS_PHASES:  # other phases' scopes are no pass
                 passes[_base_name(name)] += own
     top = sorted(passes.items(), key=lambda kv: -kv[1])[:TOP_PASSES]
     return seconds, {name: round(s, 6) for name, s in top if s > 0}
