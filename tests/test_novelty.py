@@ -177,3 +177,14 @@ def test_a_prediction_reports_its_distance_and_far_programs_get_wider_intervals(
         grown = by_distance.predict(inputs)["compile_seconds"]
         assert np.log(grown["hi"][0] / grown["point"][0]) == pytest.approx(
             scale * fitted_width)
+        # host memory widens by its own rule (both programs lie before its onset, 10.2:
+        # x1.074), in the log of bytes + 1 MiB the model works in
+        memory = unwidened.predict(inputs)["peak_rss_bytes"]
+        rule = shipped.widenings["peak_rss_bytes"]
+        memory_scale = rule.scale(np.array([prediction.distance_from_training]))[0]
+        assert memory_scale == pytest.approx(1.074, abs=0.001)
+        low, high = prediction.peak_memory_bytes_interval
+        offset = 2.0 ** 20
+        assert np.log((high + offset) / (prediction.peak_memory_bytes + offset)) == \
+            pytest.approx(memory_scale * np.log((memory["hi"][0] + offset)
+                                                / (memory["point"][0] + offset)))
