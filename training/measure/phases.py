@@ -33,7 +33,7 @@ PHASES = {
     # thread-seconds of fused kernels compiled on XLA's codegen pool (overlaps `emit`)
     "fusion_threads": ("FusionCompiler::Compile",),
     # XLA:GPU (seen compiling deviceless for an H100): the HLO pipeline, its fusion pass
-    # (on the biggest H100 misses 47-84% of the compile), the backend (LLVM IR, PTX,
+    # (on the biggest H100 misses 46-84% of the compile), the backend (LLVM IR, PTX,
     # cubin), and thread-seconds of ptxas on the compile pool
     "gpu_hlo": ("OptimizeHloModule",),
     "gpu_priority_fusion": ("priority-fusion",),
