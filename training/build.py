@@ -19,7 +19,6 @@ from .evaluation.interval_widening import (
     bench_ratios,
     corpus_ratios,
     fit_widening,
-    rules_of,
     unwidened,
     widen,
     with_shipped_widening,
@@ -125,7 +124,7 @@ def _widened(artifact: Artifact, rows: pd.DataFrame, report: dict,
     bound how far the corpus's libraries held out may be covered."""
     artifact = unwidened(artifact)
     label = Placement(artifact.backend, artifact.target).label
-    fitted = {}
+    fitted, rules = {}, {}
     for quantity in WIDENED_TARGETS:
         figure = plots.widening_figure_path(artifact.path, label, quantity)
         figure.unlink(missing_ok=True)  # a figure of an earlier widening would mislead
@@ -136,12 +135,11 @@ def _widened(artifact: Artifact, rows: pd.DataFrame, report: dict,
         corpus = None if predictions is None else corpus_ratios(predictions, rows, quantity)
         widening = fit_widening(bench, corpus)
         if widening is not None:
-            fitted[quantity] = widening
-            plots.interval_widening(bench, corpus, Widening.from_dict(widening), figure,
-                                    label, quantity)
+            fitted[quantity], rules[quantity] = widening, Widening.from_dict(widening)
+            plots.interval_widening(bench, corpus, rules[quantity], figure, label, quantity)
     if fitted:
         report = {**report, "interval_widening": fitted}
-    artifact = save(widen(artifact.predictor, rules_of(fitted)), artifact.path,
+    artifact = save(widen(artifact.predictor, rules), artifact.path,
                     backend=artifact.backend, target=artifact.target, data=rows,
                     metrics=report, name=artifact.manifest["name"])
     return artifact, report
