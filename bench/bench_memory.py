@@ -45,7 +45,7 @@ def _family(bench: str, programs: dict) -> Family:
         return programs[program]()
 
     return Family(f"bench_{bench}", f"the programs of bench/{bench}.py, by name", build,
-                  tuple({"program": name} for name in programs), tags=("bench",))
+                  tuple({"program": name} for name in programs), tags=("bench", bench))
 
 
 FAMILIES = tuple(register(_family(name, module.PROGRAMS)) for name, module in BENCHES.items())

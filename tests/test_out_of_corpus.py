@@ -45,12 +45,15 @@ def test_stored_inputs_of_another_schema_are_refused():
 def test_model_card_section_scores_each_bench_of_the_backend():
     lines = outside.card_section(load_default("gpu", "h100"), RESULTS, "gpu", "h100")
     rows = [line for line in lines if line.startswith("| library_programs_h100 |")]
-    assert len(rows) == 1
-    assert "17 (2 did not lower)" in rows[0]
+    assert len(rows) == 2  # compile time, then host memory (`bench/bench_memory.py`)
+    assert all("17 (2 did not lower)" in row for row in rows)
     # its median fold, its predictions scaled as `costmodel calibrate` scales them for this
     # model (scaled by the reference of the model that ran the bench, 1.32; the schema-14
-    # model's 1.18)
+    # model's 1.18); host memory unscaled, folds on bytes + 1 MiB
     assert rows[0].split("|")[3].strip() == "1.27"
+    assert rows[1].split("|")[3].strip() == "1.23"
+    assert lines.index(rows[0]) < lines.index(next(
+        line for line in lines if line.startswith("Peak host memory"))) < lines.index(rows[1])
     assert not any("| unseen_programs |" in line for line in lines)  # CPU results stay out
 
 

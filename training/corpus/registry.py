@@ -81,9 +81,11 @@ class Family:
     def library(self) -> str:
         """The public library a real-program family is built from: the tag after "real"
         (evaluation holds out a library's programs together), "outside" (a bench's
-        programs from libraries kept out of training) or "probe" (a bench's programs of
-        kinds the model once mispredicted); "" for synthetic families."""
-        if self.tags[:1] in (("real",), ("outside",), ("probe",)) and len(self.tags) > 1:
+        programs from libraries kept out of training), "probe" (a bench's programs of
+        kinds the model once mispredicted) or "bench" (the bench a family of programs timed
+        elsewhere is named for); "" for synthetic families."""
+        if self.tags[:1] in (("real",), ("outside",), ("probe",), ("bench",)) \
+                and len(self.tags) > 1:
             return self.tags[1]
         return ""
 

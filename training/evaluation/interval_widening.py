@@ -19,7 +19,8 @@ check: each bench library's programs scored against a rule fitted without them.
 
 Each widened quantity (`WIDENED_TARGETS`: compile seconds, peak host memory) gets a rule of
 its own, fitted on the bench runs that measured it: every bench times compiles, the
-outside-libraries runs also measure host memory.
+outside-libraries runs also measure host memory, and `bench/bench_memory.py` measures it for
+the library and unseen benches' programs.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from costmodel.models.novelty import Novelty, Widening
-from costmodel.models.predictor import Predictor
+from costmodel.models.predictor import Predictor, to_log
 
 from ..fitting.fit import features_frame, libraries
 from .outside import current_results, measures, scaled_predictions
@@ -69,15 +70,17 @@ def interval_ratios(artifact, data: dict, quantity: str = "compile_seconds") -> 
     training rows. Predictions are scaled as `outside.score` scales them."""
     point, lo, hi, measured = scaled_predictions(unwidened(artifact), data, quantity)
     inputs = [row["model_inputs"] for row in data["results"]]
-    return pd.DataFrame({"ratio": _ratio(point, lo, hi, measured),
+    return pd.DataFrame({"ratio": _ratio(quantity, point, lo, hi, measured),
                          "library": [bench_library(row) for row in data["results"]],
                          "distance": artifact.predictor.distance(inputs)})
 
 
-def _ratio(point, lo, hi, actual) -> np.ndarray:
-    error = np.log(np.asarray(actual, float) / point)
-    offset = np.where(error >= 0, np.log(hi / point), np.log(point / lo))
-    return np.abs(error) / offset
+def _ratio(quantity: str, point, lo, hi, actual) -> np.ndarray:
+    """|log error| over the interval's log offset on its side, both on the scale the
+    predictor widens them on (`to_log`: the log of the value plus the quantity's offset)."""
+    z, z_lo, z_hi, z_actual = (to_log(quantity, values) for values in (point, lo, hi, actual))
+    error = z_actual - z
+    return np.abs(error) / np.where(error >= 0, z_hi - z, z - z_lo)
 
 
 def bench_ratios(artifact, folder: Path, backend: str, target: str = "",
@@ -111,7 +114,7 @@ def corpus_ratios(predictions: pd.DataFrame, rows: pd.DataFrame,
         mine = library[index] == name
         distance[mine] = Novelty.of(values[library != name]).distance(values[index[mine]])
     point, lo, hi, actual = (chosen[c].to_numpy(float) for c in ("point", "lo", "hi", "actual"))
-    return pd.DataFrame({"ratio": _ratio(point, lo, hi, actual), "library": library[index],
+    return pd.DataFrame({"ratio": _ratio(quantity, point, lo, hi, actual), "library": library[index],
                          "distance": distance})
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from costmodel.features import SCHEMA_VERSION
+from costmodel.models.predictor import LOG_OFFSETS
 
 from ..measure.calibrate import reference_speed_scale
 from . import metrics
@@ -45,7 +46,8 @@ def current_results(folder: Path, backend: str, target: str = "") -> dict[str, d
 
 
 # Where a stored bench result keeps each predicted quantity's measurement. Every bench
-# times compiles; the outside-libraries runs also keep each compile's peak host-RSS growth.
+# times compiles; the outside-libraries runs also keep each compile's peak host-RSS growth,
+# and `bench/bench_memory.py` adds it to the library and unseen benches' results.
 MEASURED_KEYS = {"compile_seconds": "measured_s", "peak_rss_bytes": "measured_peak_rss_bytes"}
 
 
@@ -79,10 +81,11 @@ def speed_scale(artifact, reference_seconds: float) -> float:
         or reference_seconds / model_reference
 
 
-def score(artifact, data: dict) -> dict:
-    """Fold errors of `artifact` on one bench result, its prediction scaled by the run's
-    reference time as `costmodel calibrate` would scale it for this model (`speed_scale`;
-    models trained on other rows have other median references).
+def score(artifact, data: dict, quantity: str = "compile_seconds") -> dict:
+    """Fold errors of `artifact`'s `quantity` on one bench result: compile seconds scaled
+    by the run's reference time as `costmodel calibrate` would scale them for this model
+    (`speed_scale`; models trained on other rows have other median references), host
+    memory on bytes plus the model's offset, as model cards take memory ratios.
 
     Raises:
         ValueError: The stored inputs are of another feature schema (re-run the bench).
@@ -90,10 +93,12 @@ def score(artifact, data: dict) -> dict:
     if data["schema_version"] != SCHEMA_VERSION:
         raise ValueError(f"stored inputs are feature schema {data['schema_version']}, this "
                          f"costmodel extracts {SCHEMA_VERSION}; re-run the bench to refresh")
-    point, lo, hi, measured = scaled_predictions(artifact, data)
-    folds = metrics.fold_errors(point, measured)
+    point, lo, hi, measured = scaled_predictions(artifact, data, quantity)
+    offset = LOG_OFFSETS[quantity]
+    folds = metrics.fold_errors(point + offset, measured + offset)
     return {"n": len(measured), "folds": folds, "median_fold": float(np.median(folds)),
-            "max_fold": float(folds.max()), "within_2x": metrics.within(point, measured),
+            "max_fold": float(folds.max()),
+            "within_2x": metrics.within(point + offset, measured + offset),
             "coverage": metrics.coverage(lo, hi, measured),
             "spearman": metrics.spearman(point, measured),
             "under_predicted": int(np.sum(point < measured)),
@@ -101,11 +106,12 @@ def score(artifact, data: dict) -> dict:
 
 
 def card_section(artifact, folder: Path, backend: str, target: str = "") -> list[str]:
-    """Markdown lines for a model card: this model on each bench stored in `folder` (none:
-    no lines)."""
+    """Markdown lines for a model card: this model on each bench stored in `folder`,
+    compile time and, where the bench measured it, host memory (none: no lines)."""
     results = current_results(folder, backend, target)
     if not results:
         return []
+    memory = {name: data for name, data in results.items() if measures(data, "peak_rss_bytes")}
     lines = ["## Programs outside the corpus", "",
              "Programs no corpus family builds, timed by the benches (`bench/`; the library "
              "programs call Haiku, Flax, Optax, Diffrax, Equinox, Optimistix, NumPyro and "
@@ -113,10 +119,20 @@ def card_section(artifact, folder: Path, backend: str, target: str = "") -> list
              "uses, jraph to mctx, each measured in a fresh process as sweeps measure), "
              "scored from their stored model inputs; predictions are scaled by the bench "
              "run's reference time as `costmodel calibrate` scales them.", "",
-             "| bench | programs | median fold | max fold | within 2x | Spearman "
+             *_score_table(artifact, results, "compile_seconds")]
+    if memory:
+        lines += ["Peak host memory of the programs each measured in a fresh process (the "
+                  "outside-libraries runs, and `bench/bench_memory.py` for the library and "
+                  "unseen programs, which are timed together in one process):", "",
+                  *_score_table(artifact, memory, "peak_rss_bytes")]
+    return lines
+
+
+def _score_table(artifact, results: dict[str, dict], quantity: str) -> list[str]:
+    lines = ["| bench | programs | median fold | max fold | within 2x | Spearman "
              "| 90% coverage |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, data in results.items():
-        s = score(artifact, data)
+        s = score(artifact, data, quantity)
         skipped = f" ({s['skipped']} did not lower)" if s["skipped"] else ""
         lines.append(f"| {name} | {s['n']}{skipped} | {s['median_fold']:.2f} | "
                      f"{s['max_fold']:.2f} | {s['within_2x']:.2f} | {s['spearman']:.2f} | "
