@@ -80,20 +80,21 @@ def test_each_committed_result_is_what_its_committed_run_scores(each_report):
             assert scores == pytest.approx(stored[target][kind]), (target, kind)
 
 
-CPU_MODEL = "cpu-9cc05d83-5535a4"
+CPU_MODEL = "cpu-9cc05d83-857652"
 
 
 def test_the_shipped_model_on_libraries_it_never_saw(report):
-    """The figures the note and README give (model cpu-9cc05d83-5535a4, schema 15: a cost
+    """The figures the note and README give (model cpu-9cc05d83-857652, schema 15: a cost
     per distinct kernel, host memory following the fused ops, its compile-time intervals
     widened x1.005, its host-memory ones by distance): a median a little under the
     op-count power law fitted on these very programs (schema 14: 1.226), no program past
     1.8x (schema 14: the largest spline flow over-predicted 2.3 times; 2.5 with schema 13,
     2.4 with schema 12, 2.8 with schema 11, 5.1 with schema 10), intervals that cover 92.5%
     (schema 14: 90%), host memory under its power law (1.21 against 1.35; schema 14:
-    1.28). The host-memory interval covers all 40 (77.5% before it widened): it was fitted
-    on this run and its second pass, so this is not a held-out figure; with each library
-    held out of the fit it covers 92.5% (`test_interval_widening`)."""
+    1.28). The host-memory interval covers 38 of 40 (77.5% before it widened): it was
+    fitted on this run, its second pass and the library and unseen benches' programs, so
+    this is not a held-out figure; with each library held out of the fit it covers 90%
+    (`test_interval_widening`)."""
     if report["model"] != CPU_MODEL:
         pytest.skip("figures of the model the run was scored with")
     time = report["compile_seconds"]
@@ -104,18 +105,18 @@ def test_the_shipped_model_on_libraries_it_never_saw(report):
     memory = report["peak_rss_bytes"]
     assert memory["model"]["median_fold"] == pytest.approx(1.208, abs=0.005)
     assert memory["power_law_leave_one_out"]["median_fold"] == pytest.approx(1.35, abs=0.005)
-    assert memory["model"]["coverage_90"] == 1.0
+    assert memory["model"]["coverage_90"] == 0.95
 
 
 def test_the_h100_model_on_libraries_it_never_saw(bench):
-    """The deviceless H100 run's figures (model gpu-h100-301d6d76-9cfadd): under the power
+    """The deviceless H100 run's figures (model gpu-h100-301d6d76-ea82ab): under the power
     law in median (schema 14's model: 1.364, mean log error 0.42 against 0.36), but the
     Python-unrolled PPO update compiles 16x longer than predicted (229 s deviceless,
     against 21 s for the CPU). Host memory is over its power law here (1.32 against 1.28),
-    and its widened interval covers all 40 (75% before; fitted on this run, 95% with each
-    library held out of the fit)."""
+    and its widened interval covers 38 of 40 (75% before; fitted on this run and the
+    library and unseen benches' programs, 87.5% with each library held out of the fit)."""
     report = bench.score(RUNS["h100"][0], "h100")
-    if report["model"] != "gpu-h100-301d6d76-9cfadd":
+    if report["model"] != "gpu-h100-301d6d76-ea82ab":
         pytest.skip("figures of the model the run was scored with")
     assert report["programs"] == 40 and report["machine"]["cpu_model"] == "AMD EPYC"
     time = report["compile_seconds"]
@@ -128,7 +129,7 @@ def test_the_h100_model_on_libraries_it_never_saw(bench):
     memory = report["peak_rss_bytes"]
     assert memory["model"]["median_fold"] == pytest.approx(1.319, abs=0.005)
     assert memory["power_law_leave_one_out"]["median_fold"] == pytest.approx(1.279, abs=0.005)
-    assert memory["model"]["coverage_90"] == 1.0
+    assert memory["model"]["coverage_90"] == 0.95
 
 
 def test_a_second_pass_moves_the_headline_by_the_machines_drift(bench, report):
