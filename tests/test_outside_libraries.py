@@ -132,6 +132,24 @@ def test_the_h100_model_on_libraries_it_never_saw(bench):
     assert memory["model"]["coverage_90"] == 0.95
 
 
+def test_host_memory_repeats_within_a_tenth_between_the_passes():
+    """The label's own noise, which no host-memory prediction gets under: the 40 programs'
+    peak RSS growth in the two passes, on bytes + 1 MiB as models are scored."""
+    import pandas as pd
+
+    first = pd.read_parquet(RUN / "measured.parquet")
+    both = first.merge(pd.read_parquet(PASS2[0] / "measured.parquet"), on=["family", "params"],
+                       suffixes=("", "_again"))
+    assert len(both) == 40
+    offset = 2.0**20
+    fold = np.exp(np.abs(np.log((both["peak_rss_bytes"] + offset)
+                                / (both["peak_rss_bytes_again"] + offset))))
+    assert np.median(fold) == pytest.approx(1.107, abs=0.001)
+    assert np.quantile(fold, 0.9) == pytest.approx(1.52, abs=0.01)
+    small = (both["peak_rss_bytes"] < 50 * 2**20).to_numpy()
+    assert small.sum() == 11 and np.median(fold[small]) == pytest.approx(1.353, abs=0.001)
+
+
 def test_a_second_pass_moves_the_headline_by_the_machines_drift(bench, report):
     """The same 40 programs an hour and a half later: their seconds moved 0.69-1.31x (median
     0.93) while the calibration said the machine had slowed (x1.18 against x1.11), so the
