@@ -17,6 +17,9 @@ RUNS = {"": (RUN, RESULT),
                  ROOT / "bench/results/outside_libraries_h100.json")}
 # the CPU run measured again an hour and a half later (same machine, same programs)
 PASS2 = (ROOT / "bench/data/outside_libraries_pass2", ROOT / "bench/results/outside_libraries_pass2.json")
+# six of its builders at 20-50 s (`bench/outside_top_programs.py`), and right after them the
+# same builders at the run's own sizes, on the same machine a day later
+TOP, TOP_BASELINE = ROOT / "bench/data/outside_top", ROOT / "bench/data/outside_top_baseline"
 
 
 @pytest.fixture(scope="module")
@@ -80,11 +83,11 @@ def test_each_committed_result_is_what_its_committed_run_scores(each_report):
             assert scores == pytest.approx(stored[target][kind]), (target, kind)
 
 
-CPU_MODEL = "cpu-9cc05d83-857652"
+CPU_MODEL = "cpu-9cc05d83-8b5c7c"
 
 
 def test_the_shipped_model_on_libraries_it_never_saw(report):
-    """The figures the note and README give (model cpu-9cc05d83-857652, schema 15: a cost
+    """The figures the note and README give (model cpu-9cc05d83-8b5c7c, schema 15: a cost
     per distinct kernel, host memory following the fused ops, its compile-time intervals
     widened x1.005, its host-memory ones by distance): a median a little under the
     op-count power law fitted on these very programs (schema 14: 1.226), no program past
@@ -168,3 +171,32 @@ def test_a_second_pass_moves_the_headline_by_the_machines_drift(bench, report):
     assert second["peak_rss_bytes"]["model"]["coverage_90"] == pytest.approx(0.95)
     assert second["compile_seconds"]["power_law_leave_one_out"]["median_fold"] == \
         pytest.approx(1.32, abs=0.005)
+
+
+def test_the_largest_outside_programs_are_over_predicted_by_about_half(bench):
+    """The top end issue #19 found over-predicted 10-25x: six outside programs of 20-50 s
+    (an MPNN of 96 layers, a 32-layer spline flow, L-BFGS through a 96-layer MLP, a 16-view
+    SimCLR step, 300 unrolled jax-md steps, a 10-epoch PPO update). Calibrated as a user
+    would (`costmodel calibrate` before them), five are over-predicted, 1.08-3.3x (the
+    spline flow most: the fusion emulator's excess, `bench/fusion_emulation.md`), SimCLR
+    under by 1.5x; the same builders at the outside run's sizes, measured right after on
+    the same machine, land on 1.31 with no bias. How much of the gap is size and how much
+    the machine's drift between the runs is not separable here: scaled instead by the
+    reference compile timed beside each program, both runs' programs over 5 s are
+    over-predicted alike. The widened interval covers 5 of the 6 (4 unwidened)."""
+    if bench.score(RUN)["model"] != CPU_MODEL:
+        pytest.skip("figures of the model the runs were scored with")
+    top, baseline = bench.score(TOP), bench.score(TOP_BASELINE)
+    assert (top["programs"], len(top["libraries"]), baseline["programs"]) == (6, 6, 11)
+    assert top["machine"]["cpu_model"] == baseline["machine"]["cpu_model"] == "AMD EPYC"
+    measured = [row["measured_s"] for row in top["rows"]]
+    assert 19 < min(measured) and max(measured) < 48
+    time = top["compile_seconds"]["calibrated"]
+    assert time["median_fold"] == pytest.approx(1.51, abs=0.01)
+    assert time["measured_over_predicted"] == pytest.approx(0.68, abs=0.01)
+    assert time["coverage_90"] == pytest.approx(5 / 6)
+    over = [row["fold"] for row in top["rows"] if row["predicted_s"] > row["measured_s"]]
+    assert len(over) == 5 and max(over) == pytest.approx(3.31, abs=0.01)
+    near = baseline["compile_seconds"]["calibrated"]
+    assert near["median_fold"] == pytest.approx(1.31, abs=0.01)
+    assert near["measured_over_predicted"] == pytest.approx(0.96, abs=0.01)
