@@ -1,8 +1,8 @@
 """Peak host memory of the library and unseen benches' programs, measured as sweeps measure it.
 
 `bench/library_programs.py` and `bench/unseen_programs.py` time their programs interleaved
-in one process (`_scoring.py`), where a compile's host-RSS growth is not its own: memory
-freed by earlier compiles is reused. This measures each of their programs in a fresh
+in one process (`_scoring.py`), where a compile's host-RSS growth depends on what ran before
+it in that process. This measures each of their programs in a fresh
 process, the way `bench/outside_libraries.py` and the sweeps do (`training.measure.harness`:
 a warm-up compile of the reference program, then RSS sampled over the program's first
 compile), and writes each one's growth into the bench's stored result as

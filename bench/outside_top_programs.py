@@ -1,5 +1,5 @@
 """The top end of `bench/outside_programs.py`: six of its programs at sizes that compile for
-30 s to a few minutes, for `bench/outside_libraries.py --programs
+20-50 s on the AMD EPYC, for `bench/outside_libraries.py --programs
 bench/outside_top_programs.py`. Issue #19 found the largest programs of libraries nobody
 here used over-predicted 10-25x; the outside-libraries run stops at 21 s. The builders are
 those of `outside_programs` (so its families register too); these families are named
