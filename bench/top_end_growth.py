@@ -1,0 +1,88 @@
+"""Does the CPU model grow too fast with size on outside programs? Each builder of
+`bench/outside_top_programs.py` at its top size and at the size the outside-libraries run
+measured, compiled interleaved in one process with the reference program, so the machine's
+drift cancels from each builder's ratio of the two.
+
+`bench/data/outside_top/` and `outside_top_baseline/` measured the two sizes in separate
+runs minutes apart; calibrated, the top was over-predicted about 1.5x and the baseline not,
+but scaled by the reference timed beside each program both were over-predicted alike. Here
+each builder's measured growth (top over baseline, medians of the rounds) is set against
+the model's predicted growth: a ratio under 1 means the model's growth is too steep.
+
+    python bench/top_end_growth.py [--rounds 3] [--json bench/results/top_end_growth.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+import jax
+import numpy as np
+import outside_programs
+import outside_top_programs
+from _compile_timing import compile_seconds, interleaved
+
+import costmodel
+from costmodel.models import load_default
+from costmodel.training.corpus.reference import build_reference
+
+
+def baseline_params(builder) -> dict:
+    """The largest size of `builder` the outside-libraries run measured (the last listed)."""
+    return [params for fn, params in outside_programs.PROGRAMS if fn is builder][-1]
+
+
+def pairs() -> dict[str, tuple]:
+    """Builder name -> ((builder, baseline sizes), (builder, top sizes))."""
+    return {builder.__name__: ((builder, baseline_params(builder)), (builder, top))
+            for builder, top in outside_top_programs.PROGRAMS}
+
+
+def run(rounds: int) -> dict:
+    jax.config.update("jax_enable_compilation_cache", False)
+    builds = {"(reference)": build_reference}
+    predicted = {}
+    for name, sizes in pairs().items():
+        for label, (builder, params) in zip(("baseline", "top"), sizes):
+            key = f"{name} {label}"
+            builds[key] = lambda builder=builder, params=params: builder(**params)
+            fn, args = builder(**params)
+            predicted[key] = costmodel.predict(fn, *args).compile_seconds
+    compile_seconds(*build_reference())  # off the clock: the backend's first-compile costs
+    times = interleaved(builds, rounds)
+    medians = {key: statistics.median(values) for key, values in times.items()}
+    rows = []
+    for name in pairs():
+        base, top = f"{name} baseline", f"{name} top"
+        measured_growth = medians[top] / medians[base]
+        predicted_growth = predicted[top] / predicted[base]
+        rows.append({"builder": name, "baseline_s": medians[base], "top_s": medians[top],
+                     "predicted_baseline_s": predicted[base], "predicted_top_s": predicted[top],
+                     "measured_growth": measured_growth, "predicted_growth": predicted_growth,
+                     "growth_ratio": measured_growth / predicted_growth})
+        print(f"{name:34} measured {medians[base]:6.2f} -> {medians[top]:6.2f} s "
+              f"(x{measured_growth:.2f}), predicted x{predicted_growth:.2f}: "
+              f"ratio {measured_growth / predicted_growth:.2f}", flush=True)
+    ratios = [row["growth_ratio"] for row in rows]
+    print(f"median ratio of measured to predicted growth: {np.median(ratios):.2f}")
+    return {"rounds": rounds, "reference_s": medians["(reference)"],
+            "times_s": times, "pairs": rows,
+            "median_growth_ratio": float(np.median(ratios)),
+            "model": load_default("cpu").version}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    result = run(args.rounds)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(result, out, indent=1)
+
+
+if __name__ == "__main__":
+    main()
