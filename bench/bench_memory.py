@@ -61,13 +61,10 @@ def measure(out: Path, target: str = "", only: list[str] | None = None) -> None:
 def measured_memory(out: Path, target: str = "") -> dict[str, dict]:
     """Each measured program's row fields that `merge` uses, by program name."""
     rows = read_measured(out, "gpu" if target else "cpu", target)
-    return {params["program"]: {"peak_rss_bytes": float(rss), "cpu_model": cpu, "f_hlo_ops": ops}
-            for params, rss, cpu, ops in zip(rows["params"].map(_params), rows["peak_rss_bytes"],
+    return {json.loads(params)["program"]: {"peak_rss_bytes": float(rss), "cpu_model": cpu,
+                                            "f_hlo_ops": ops}
+            for params, rss, cpu, ops in zip(rows["params"], rows["peak_rss_bytes"],
                                              rows["cpu_model"], rows["f_hlo_ops"])}
-
-
-def _params(value) -> dict:
-    return json.loads(value) if isinstance(value, str) else dict(value)
 
 
 def merge(out: Path, result_path: Path, target: str = "") -> dict:

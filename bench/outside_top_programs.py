@@ -16,7 +16,7 @@ if str(Path(__file__).resolve().parent) not in sys.path:  # measurement processe
 
 import outside_programs as programs  # noqa: E402
 
-from costmodel.training.corpus.registry import Family, register  # noqa: E402
+from costmodel.training.corpus.registry import register_builders  # noqa: E402
 
 # (builder, sizes): each one a longer unroll or a deeper stack of a program measured there
 PROGRAMS = (
@@ -31,8 +31,7 @@ PROGRAMS = (
           minibatches=4, unroll=True)),
 )
 
-OUTSIDE_FAMILIES = tuple(
-    register(Family(f"outside_top_{builder.__name__}", builder.__doc__.splitlines()[0],
-                    builder, (params,),
-                    tags=("outside", programs.LIBRARIES[builder.__name__.split("_")[0]])))
-    for builder, params in PROGRAMS)
+OUTSIDE_FAMILIES = register_builders(
+    PROGRAMS, "outside",
+    {builder.__name__: programs.LIBRARIES[builder.__name__.split("_")[0]]
+     for builder, _ in PROGRAMS}, prefix="outside_top")

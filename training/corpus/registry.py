@@ -112,15 +112,16 @@ def register(family: Family) -> Family:
 
 
 def register_builders(programs: Iterable[tuple[Callable, dict]], kind: str,
-                      libraries: Mapping[str, str]) -> tuple[Family, ...]:
+                      libraries: Mapping[str, str], prefix: str = "") -> tuple[Family, ...]:
     """Registers one family per builder of a bench's `programs` ((builder, params) pairs;
-    a builder's grid is its params in order): named `{kind}_{builder name}`, described by
-    the first line of the builder's docstring and tagged `(kind, library)`, the library
-    being `libraries[builder name]`."""
+    a builder's grid is its params in order): named `{prefix or kind}_{builder name}`,
+    described by the first line of the builder's docstring and tagged `(kind, library)`,
+    the library being `libraries[builder name]`."""
     grids: dict[Callable, list[dict]] = {}
     for builder, params in programs:
         grids.setdefault(builder, []).append(params)
-    return tuple(register(Family(f"{kind}_{builder.__name__}", builder.__doc__.splitlines()[0],
+    return tuple(register(Family(f"{prefix or kind}_{builder.__name__}",
+                                 builder.__doc__.splitlines()[0],
                                  builder, tuple(grid),
                                  tags=(kind, libraries[builder.__name__])))
                  for builder, grid in grids.items())
