@@ -29,8 +29,9 @@ from typing import Any
 # `EVALUATOR_SHARE`; 14: a folded element is weighted by its op kind in its stage (converts
 # and reshapes nearly free, a pad XLA's alone), and the StableHLO folders do not look into
 # calls; 15: `fusion_distinct` and `fusion_distinct_cost`, the emulated fusions that are
-# not the same kernel as another (XLA:CPU compiles a repeated fusion almost for free)
-SCHEMA_VERSION = 15
+# not the same kernel as another (XLA:CPU compiles a repeated fusion almost for free); 16:
+# rank-0 ops add nothing to a fusion's cost (`Fusions.groups`)
+SCHEMA_VERSION = 16
 
 # Coarse op categories shared by the jaxpr and StableHLO extractors.
 CATEGORIES = (
@@ -92,7 +93,7 @@ STABLEHLO_FEATURES = (
     "fusion_groups",          # loop fusions, grouped consumers first as XLA does
     "fusion_max_size",
     "fusion_mean_size",
-    "fusion_cost_squares",    # sum over fusions of (ops weighted by their cost) squared
+    "fusion_cost_squares",    # sum over fusions of (array ops weighted by their cost) squared
     "fusion_indexing_squares",  # sum over fusions of (slices, pads, concats...) squared
     "fusion_distinct",        # fusions that are not the same kernel as another
     "fusion_distinct_cost",   # their cost weights, each kernel once (XLA compiles it once)

@@ -587,10 +587,26 @@ def test_an_expensive_op_whose_only_user_is_recomputed_is_computed_once_on_xla_c
     # broadcast}, {log1p} (weight 4) and the dot's two layout copies
     cpu = F.extract(shared, X, X)
     assert (cpu["fusion_groups"], cpu["fusion_max_size"]) == (6, 4)
-    assert cpu["fusion_cost_squares"] == 4 ** 2 + 4 ** 2 + 2 ** 2 + 4 ** 2 + 1 + 1
+    # (the reductions' scalar bodies add nothing: rank-0 ops cost nothing)
+    assert cpu["fusion_cost_squares"] == 4 ** 2 + 4 ** 2 + 2 ** 2 + 4 ** 2
     # schema 11's rule, kept for the GPU target: the log1p goes wherever its user goes
     gpu = F.extract(shared, X, X, backend="gpu")
     assert (gpu["fusion_groups"], gpu["fusion_max_size"]) == (5, 5)
+
+
+@pytest.mark.parametrize("shape, ops, cost_squares",
+                         [((), 5, 0), ((1,), 5, 8 ** 2), ((8, 8), 6, 9 ** 2)])
+def test_scalar_ops_count_in_a_fusions_size_but_not_its_cost(shape, ops, cost_squares):
+    # XLA:CPU compiles a fusion of scalars as straight-line code, in time linear in its
+    # ops; an array of any shape, even (1,), gets a loop body that compiles superlinearly
+    def chain(x, y):
+        # the sine weighs 4; the constant's broadcast is a bitcast for shape (1,), an
+        # op for (8, 8); schema 15 gave the scalar chain a cost of 8 ** 2 too
+        return jnp.sin(x * y + 1.5) * y - x
+    arg = jax.ShapeDtypeStruct(shape, jnp.float32)
+    feats = F.extract(chain, arg, arg)
+    assert (feats["fusion_groups"], feats["fusion_max_size"]) == (1, ops)
+    assert feats["fusion_cost_squares"] == cost_squares
 
 
 def _layers(shapes: list, scales: list):
