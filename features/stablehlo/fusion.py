@@ -240,8 +240,8 @@ class Fusions:
             fusion_of[position] = targets
             # A rank-0 op adds no cost: XLA:CPU compiles scalars as straight-line code in
             # time linear in their ops, an array's loop body superlinearly (one fusion
-            # summing N sine terms over N inputs: 0.12 / 0.24 s at N = 128 / 256 as
-            # scalars, 0.24 / 0.66 s over shape (1,), 0.40 / 1.12 s over (512,);
+            # summing N sine terms over N inputs: 0.11 / 0.23 s at N = 128 / 256 as
+            # scalars, 0.24 / 0.66 s over shape (1,), 0.42 / 1.05 s over (512,);
             # `bench/scalar_fusions.py`). Unrolled solvers, simulations and message
             # passing build scalar fusions of thousands of ops that compile in a second.
             cost = 0.0 if self._rank[position] == 0 else weight
