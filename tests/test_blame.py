@@ -201,16 +201,20 @@ def test_cli_blame_prints_the_top_regions_and_json(tmp_path, monkeypatch, capsys
                        "    return s + jnp.sum(x)\n")
     monkeypatch.chdir(tmp_path)
     args = ["prog.py:step", "--arg", "f32[32,64]", "--arg", "f32[64,64]"]
-    # a 73 ms compile of 100 steps that are one kernel: the fixed cost of any compile
-    # (44%) and what the loop shares with the rest (28%) come before the loop's line (23%)
+    # a 78 ms compile of 100 steps that are one kernel: what the loop shares with the
+    # rest (34%) and the fixed cost of any compile (34%) come before the loop's line (29%)
     assert cli.main(["blame", *args, "--top", "3"]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert len(table) == 5 and table[2].startswith("(fixed cost of any compile)")
+    assert len(table) == 5
+    assert {row.split("  ")[0] for row in table[2:4]} == {
+        "(fixed cost of any compile)", "(shared by several regions)"}
     assert table[4].startswith("prog.py:6")
     assert cli.main(["blame", *args, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     lines = [r["source"] for r in out["regions"] if r["source"].startswith("prog.py")]
-    assert lines == ["prog.py:6", "prog.py:4", "prog.py:7"]
+    # the loop's line first; the two one-line reductions take 1-3% each (schema 15 put
+    # line 4's sine before line 7)
+    assert lines == ["prog.py:6", "prog.py:7", "prog.py:4"]
     assert sum(r["seconds"] for r in out["regions"]) == pytest.approx(out["compile_seconds"])
 
 

@@ -157,7 +157,7 @@ def test_a_prediction_reports_its_distance_and_far_programs_get_wider_intervals(
     near = costmodel.predict(loop, jnp.ones((8, 64)), jnp.ones((64, 64)))
     far = costmodel.predict(odd, jnp.ones((4096,), jnp.complex64))
     assert near.distance_from_training == pytest.approx(1.19, abs=0.01)
-    assert far.distance_from_training == pytest.approx(9.30, abs=0.01)
+    assert far.distance_from_training == pytest.approx(9.32, abs=0.01)
     assert far.to_dict()["distance_from_training"] == far.distance_from_training
     shipped = load_default("cpu").predictor
     unwidened = replace(shipped, widenings={})
@@ -177,12 +177,12 @@ def test_a_prediction_reports_its_distance_and_far_programs_get_wider_intervals(
         grown = by_distance.predict(inputs)["compile_seconds"]
         assert np.log(grown["hi"][0] / grown["point"][0]) == pytest.approx(
             scale * fitted_width)
-        # host memory widens by its own rule (both programs lie before its onset, 10.2:
-        # x1.074), in the log of bytes + 1 MiB the model works in
+        # host memory widens by its own rule (past its onset, 7.07: the far program by
+        # (9.32 / 7.07)^0.25), in the log of bytes + 1 MiB the model works in
         memory = unwidened.predict(inputs)["peak_rss_bytes"]
         rule = shipped.widenings["peak_rss_bytes"]
         memory_scale = rule.scale(np.array([prediction.distance_from_training]))[0]
-        assert memory_scale == pytest.approx(1.149, abs=0.001)
+        assert memory_scale == pytest.approx(1.0 if prediction is near else 1.072, abs=0.001)
         low, high = prediction.peak_memory_bytes_interval
         offset = 2.0 ** 20
         assert np.log((high + offset) / (prediction.peak_memory_bytes + offset)) == \
