@@ -8,6 +8,8 @@ only ever compared within one round. The caller turns the persistent cache off.
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -43,3 +45,15 @@ def interleaved(builds: Mapping[str, Build], repeats: int) -> dict[str, list[flo
 
 def medians(times: Mapping[str, list[float]]) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in times.items()}
+
+
+def rounds_command(run: Callable[[int], dict], description: str) -> None:
+    """A bench's command line: `--rounds N` for `run`, `--json PATH` to keep its result."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    result = run(args.rounds)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(result, out, indent=1)

@@ -13,13 +13,11 @@ seconds between the two largest sizes.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 
 import jax
 import jax.numpy as jnp
-from _compile_timing import compile_seconds, interleaved, medians
+from _compile_timing import compile_seconds, interleaved, medians, rounds_command
 
 from costmodel.training.corpus.reference import build_reference
 
@@ -63,14 +61,7 @@ def run(rounds: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args()
-    result = run(args.rounds)
-    if args.json:
-        with open(args.json, "w") as out:
-            json.dump(result, out, indent=1)
+    rounds_command(run, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

@@ -14,15 +14,13 @@ the model's predicted growth: a ratio under 1 means the model's growth is too st
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 
 import jax
 import numpy as np
 import outside_programs
 import outside_top_programs
-from _compile_timing import compile_seconds, interleaved
+from _compile_timing import compile_seconds, interleaved, rounds_command
 
 import costmodel
 from costmodel.models import load_default
@@ -74,14 +72,7 @@ def run(rounds: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args()
-    result = run(args.rounds)
-    if args.json:
-        with open(args.json, "w") as out:
-            json.dump(result, out, indent=1)
+    rounds_command(run, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":
