@@ -243,7 +243,7 @@ class Fusions:
             # summing N sine terms over N inputs: 0.11 / 0.23 s at N = 128 / 256 as
             # scalars, 0.24 / 0.66 s over shape (1,), 0.42 / 1.05 s over (512,);
             # `bench/scalar_fusions.py`). Unrolled solvers, simulations and message
-            # passing build scalar fusions of thousands of ops that compile in a second.
+            # passing build big scalar fusions (jax-md's unrolled gradient: 588 ops).
             cost = 0.0 if self._rank[position] == 0 else weight
             for fusion in targets:
                 groups[fusion][0] += weight > 0  # a bitcast is no instruction
