@@ -1245,6 +1245,11 @@ LIBRARIES = {"evosax": "evosax", "pgx": "pgx", "rlax": "rlax", "gymnax": "gymnax
              "distrax": "distrax", "mctx": "mctx", "jraph": "jraph", "jaxmd": "jax-md",
              "ott": "ott-jax", "jaxopt": "jaxopt", "pix": "dm-pix"}
 
-OUTSIDE_FAMILIES = register_builders(
-    PROGRAMS, "outside",
-    {builder.__name__: LIBRARIES[builder.__name__.split("_")[0]] for builder, _ in PROGRAMS})
+
+def builder_libraries(programs) -> dict[str, str]:
+    """The library of each builder of `programs` ((builder, params) pairs), by name."""
+    return {builder.__name__: LIBRARIES[builder.__name__.split("_")[0]]
+            for builder, _ in programs}
+
+
+OUTSIDE_FAMILIES = register_builders(PROGRAMS, "outside", builder_libraries(PROGRAMS))

@@ -31,7 +31,5 @@ PROGRAMS = (
           minibatches=4, unroll=True)),
 )
 
-OUTSIDE_FAMILIES = register_builders(
-    PROGRAMS, "outside",
-    {builder.__name__: programs.LIBRARIES[builder.__name__.split("_")[0]]
-     for builder, _ in PROGRAMS}, prefix="outside_top")
+OUTSIDE_FAMILIES = register_builders(PROGRAMS, "outside", programs.builder_libraries(PROGRAMS),
+                                     prefix="outside_top")

@@ -14,13 +14,11 @@ the model's predicted growth: a ratio under 1 means the model's growth is too st
 
 from __future__ import annotations
 
-import statistics
-
 import jax
 import numpy as np
 import outside_programs
 import outside_top_programs
-from _compile_timing import compile_seconds, interleaved, rounds_command
+from _compile_timing import compile_seconds, interleaved, medians, rounds_command
 
 import costmodel
 from costmodel.models import load_default
@@ -50,22 +48,22 @@ def run(rounds: int) -> dict:
             predicted[key] = costmodel.predict(fn, *args).compile_seconds
     compile_seconds(*build_reference())  # off the clock: the backend's first-compile costs
     times = interleaved(builds, rounds)
-    medians = {key: statistics.median(values) for key, values in times.items()}
+    median = medians(times)
     rows = []
     for name in pairs():
         base, top = f"{name} baseline", f"{name} top"
-        measured_growth = medians[top] / medians[base]
+        measured_growth = median[top] / median[base]
         predicted_growth = predicted[top] / predicted[base]
-        rows.append({"builder": name, "baseline_s": medians[base], "top_s": medians[top],
+        rows.append({"builder": name, "baseline_s": median[base], "top_s": median[top],
                      "predicted_baseline_s": predicted[base], "predicted_top_s": predicted[top],
                      "measured_growth": measured_growth, "predicted_growth": predicted_growth,
                      "growth_ratio": measured_growth / predicted_growth})
-        print(f"{name:34} measured {medians[base]:6.2f} -> {medians[top]:6.2f} s "
+        print(f"{name:34} measured {median[base]:6.2f} -> {median[top]:6.2f} s "
               f"(x{measured_growth:.2f}), predicted x{predicted_growth:.2f}: "
               f"ratio {measured_growth / predicted_growth:.2f}", flush=True)
     ratios = [row["growth_ratio"] for row in rows]
     print(f"median ratio of measured to predicted growth: {np.median(ratios):.2f}")
-    return {"rounds": rounds, "reference_s": medians["(reference)"],
+    return {"rounds": rounds, "reference_s": median["(reference)"],
             "times_s": times, "pairs": rows,
             "median_growth_ratio": float(np.median(ratios)),
             "model": load_default("cpu").version}
