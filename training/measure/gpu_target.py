@@ -44,30 +44,33 @@ def has_local_gpu() -> bool:
 
 
 def gpu_sharding(target: str):
-    """A single-device sharding on the deviceless target (or the local GPU when present).
-
-    Returns (sharding, deviceless).
-    """
+    """A single-device sharding on the local GPU when there is one, else on the deviceless
+    target. Returns (sharding, deviceless)."""
     import jax
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     if has_local_gpu():
         devices = jax.devices("gpu")[:1]
-        deviceless = False
-    else:
-        from jax.experimental import topologies
+        return NamedSharding(Mesh(np.array(devices), ("d",)), PartitionSpec()), False
+    return deviceless_sharding(target), True
 
-        try:
-            topo = topologies.get_topology_desc(
-                "gpu", platform="cuda", target_config=target_file(target).read_text(),
-                topology="1x1x1")
-        except GpuTargetUnavailable:
-            raise
-        except Exception as exc:  # the plugin raises assorted errors when CUDA pieces are missing
-            raise GpuTargetUnavailable(
-                f"deviceless compile for {target} failed to start ({exc}); install "
-                "costmodel[gpu] (jax-cuda12-plugin) and make ptxas available") from exc
-        devices = topo.devices[:1]
-        deviceless = True
-    return NamedSharding(Mesh(np.array(devices), ("d",)), PartitionSpec()), deviceless
+
+def deviceless_sharding(target: str):
+    """A single-device sharding on `target` compiled for without its device (also where a
+    GPU is present: `bench/device_pairs.py` compiles both ways on one machine)."""
+    import numpy as np
+    from jax.experimental import topologies
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    try:
+        topo = topologies.get_topology_desc(
+            "gpu", platform="cuda", target_config=target_file(target).read_text(),
+            topology="1x1x1")
+    except GpuTargetUnavailable:
+        raise
+    except Exception as exc:  # the plugin raises assorted errors when CUDA pieces are missing
+        raise GpuTargetUnavailable(
+            f"deviceless compile for {target} failed to start ({exc}); install "
+            "costmodel[gpu] (jax-cuda12-plugin) and make ptxas available") from exc
+    return NamedSharding(Mesh(np.array(topo.devices[:1]), ("d",)), PartitionSpec())
