@@ -107,6 +107,14 @@ def test_unknown_family_is_an_error_row_not_a_crash():
     assert "no_such_family" in result["message"]
 
 
+def test_a_program_that_prints_to_stdout_is_measured():
+    # the zygote's replies travel on its stdout; a forked child's prints must not
+    result = run_child({"family": "tiny_chatty", "params": {"n": 2}, "modules": [TINY],
+                        "max_repeats": 1})
+    assert result["status"] == "ok"
+    assert result["features"]["hlo_ops"] == 8
+
+
 def test_plain_subprocess_runner_matches_zygote_fields():
     a = run_child(_spec(1, max_repeats=1), use_zygote=False)
     assert a["status"] == "ok"

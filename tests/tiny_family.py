@@ -36,3 +36,14 @@ if "tiny_slow" not in corpus.FAMILIES:
     corpus.register(corpus.Family(
         name="tiny_slow", description="sleeps before building one sin+add step",
         build=_slow, grid=({"seconds": 60.0},)))
+
+
+def _chatty(n: int):
+    print("a library saying hello on stdout")  # as brax and mujoco do while building
+    return _build(n)
+
+
+if "tiny_chatty" not in corpus.FAMILIES:
+    corpus.register(corpus.Family(
+        name="tiny_chatty", description="prints to stdout, then n sin+add steps",
+        build=_chatty, grid=({"n": 2},)))

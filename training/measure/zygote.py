@@ -5,7 +5,8 @@ Importing jax costs about a second per measurement process; a zygote imports it 
 child starts its backend from scratch, so first-compile costs and RSS growth stay as in
 a fresh interpreter. Protocol, one JSON object per line: the parent sends
 {"spec": ..., "out": path}; the zygote answers {"pid": n} at once and {"exit": code}
-when that child ends; the child writes its result line to `out`.
+when that child ends; the child writes its result line to `out`, and its stdout goes where
+the zygote's stderr goes.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ def serve(backend: str) -> None:
         request = json.loads(line)
         pid = os.fork()
         if pid == 0:
+            # the child's stdout is the protocol pipe: what a library prints while the
+            # program builds (brax and mujoco do) would reach the parent as a reply
+            os.dup2(2, 1)
             try:
                 result = result_for(request["spec"])
                 with open(request["out"], "w") as out:
