@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from costmodel.training.corpus.registry import register_builders, sds
+from costmodel.training.corpus.registry import libraries_by_prefix, register_builders, sds
 
 
 def f32(*shape) -> jax.ShapeDtypeStruct:
@@ -1245,11 +1245,4 @@ LIBRARIES = {"evosax": "evosax", "pgx": "pgx", "rlax": "rlax", "gymnax": "gymnax
              "distrax": "distrax", "mctx": "mctx", "jraph": "jraph", "jaxmd": "jax-md",
              "ott": "ott-jax", "jaxopt": "jaxopt", "pix": "dm-pix"}
 
-
-def builder_libraries(programs) -> dict[str, str]:
-    """The library of each builder of `programs` ((builder, params) pairs), by name."""
-    return {builder.__name__: LIBRARIES[builder.__name__.split("_")[0]]
-            for builder, _ in programs}
-
-
-OUTSIDE_FAMILIES = register_builders(PROGRAMS, "outside", builder_libraries(PROGRAMS))
+OUTSIDE_FAMILIES = register_builders(PROGRAMS, "outside", libraries_by_prefix(PROGRAMS, LIBRARIES))

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from costmodel.training.corpus.registry import register_builders, sds
+from costmodel.training.corpus.registry import libraries_by_prefix, register_builders, sds
 
 KEY = sds((2,), np.uint32)
 
@@ -941,10 +941,5 @@ PROGRAMS = (
 LIBRARIES = {"brax": "brax", "mjx": "mujoco-mjx", "craftax": "craftax", "xminigrid": "xminigrid",
              "jumanji": "jumanji", "flashbax": "flashbax"}
 
-
-def builder_libraries(programs) -> dict[str, str]:
-    """The library of each builder of `programs` ((builder, params) pairs), by name."""
-    return {builder.__name__: LIBRARIES[builder.__name__.split("_")[0]] for builder, _ in programs}
-
-
-OUTSIDE_FAMILIES = register_builders(PROGRAMS, "outside", builder_libraries(PROGRAMS), prefix="outside_b")
+OUTSIDE_FAMILIES = register_builders(PROGRAMS, "outside", libraries_by_prefix(PROGRAMS, LIBRARIES),
+                                     prefix="outside_b")

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from costmodel.training.corpus.registry import register_builders, sds
+from costmodel.training.corpus.registry import libraries_by_prefix, register_builders, sds
 
 KEY = jax.ShapeDtypeStruct((2,), jnp.uint32)
 
@@ -650,10 +650,5 @@ PROGRAMS = (
 LIBRARIES = {"dynamax": "dynamax", "gpjax": "gpjax", "tinygp": "tinygp", "jaxns": "jaxns",
              "interpax": "interpax", "quadax": "quadax", "jaxlie": "jaxlie"}
 
-
-def builder_libraries(programs) -> dict[str, str]:
-    """The library of each builder of `programs` ((builder, params) pairs), by name."""
-    return {builder.__name__: LIBRARIES[builder.__name__.split("_")[0]] for builder, _ in programs}
-
-
-OUTSIDE_FAMILIES = register_builders(PROGRAMS, "outside", builder_libraries(PROGRAMS), prefix="outside_b")
+OUTSIDE_FAMILIES = register_builders(PROGRAMS, "outside", libraries_by_prefix(PROGRAMS, LIBRARIES),
+                                     prefix="outside_b")

@@ -16,7 +16,7 @@ if str(Path(__file__).resolve().parent) not in sys.path:  # measurement processe
 
 import outside_programs as programs  # noqa: E402
 
-from costmodel.training.corpus.registry import register_builders  # noqa: E402
+from costmodel.training.corpus.registry import libraries_by_prefix, register_builders  # noqa: E402
 
 # (builder, sizes): each one a longer unroll or a deeper stack of a program measured there
 PROGRAMS = (
@@ -31,5 +31,6 @@ PROGRAMS = (
           minibatches=4, unroll=True)),
 )
 
-OUTSIDE_FAMILIES = register_builders(PROGRAMS, "outside", programs.builder_libraries(PROGRAMS),
+OUTSIDE_FAMILIES = register_builders(PROGRAMS, "outside",
+                                     libraries_by_prefix(PROGRAMS, programs.LIBRARIES),
                                      prefix="outside_top")

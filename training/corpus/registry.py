@@ -127,6 +127,14 @@ def register_builders(programs: Iterable[tuple[Callable, dict]], kind: str,
                  for builder, grid in grids.items())
 
 
+def libraries_by_prefix(programs: Iterable[tuple[Callable, dict]],
+                        prefixes: Mapping[str, str]) -> dict[str, str]:
+    """The library of each builder of `programs` ((builder, params) pairs), from its
+    name's part before the first underscore (`jraph_gcn_step`: `prefixes["jraph"]`), the
+    `libraries` `register_builders` takes."""
+    return {builder.__name__: prefixes[builder.__name__.split("_")[0]] for builder, _ in programs}
+
+
 def get_family(name: str) -> Family:
     """Looks up a registered family.
 
