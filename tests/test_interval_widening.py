@@ -256,7 +256,12 @@ def test_the_shipped_intervals_are_their_fitted_bands_widened(backend, target):
 
     model = load_default(backend, target)
     recorded = model.manifest["metrics"]["interval_widening"]
-    for name, data in stored_results(ROOT / "bench/results", backend, target).items():
+    stored = stored_results(ROOT / "bench/results", backend, target)
+    # runs stored after the model was built (the second outside set) were not fitted on:
+    # their coverage is a held-out figure (`tests/test_outside_libraries_b.py`)
+    fitted = set(recorded["compile_seconds"]["coverage_after"])
+    assert fitted <= set(stored)
+    for name, data in ((name, stored[name]) for name in sorted(fitted)):
         for quantity in ("compile_seconds", "peak_rss_bytes"):
             if measures(data, quantity):
                 _, lo, hi, measured = scaled_predictions(model, data, quantity)
@@ -333,11 +338,12 @@ def test_refreshing_without_the_evaluation_fits_one_factor_and_draws_it(tmp_path
     assert "multiplied by 1.26" in card and "outside_libraries 100%" in card
     assert "![interval_widening_cpu](interval_widening_cpu.png)" in card
     assert (folder / "interval_widening_cpu.png").stat().st_size > 10_000
-    # host memory: one factor too, from every bench run that measured it (34 libraries;
-    # 1.19 for the schema-16 model, 1.35 for schema 15; with the evaluation it grows
+    # host memory: one factor too, from every bench run that measured it (47 libraries
+    # with the second outside set, 34 before it, the same 1.19 either way and for
+    # compile time 1.257 either way; 1.35 for schema 15; with the evaluation it grows
     # with distance)
     memory = refreshed.manifest["metrics"]["interval_widening"]["peak_rss_bytes"]
     assert memory["factor"] == pytest.approx(1.19, abs=0.01) and memory["power"] == 0.0
-    assert memory["programs"] == 135 and memory["libraries"] == 34
+    assert memory["programs"] == 184 and memory["libraries"] == 47
     assert "host-memory interval's log offsets are multiplied by 1.19" in card
     assert (folder / "interval_widening_peak_rss_bytes_cpu.png").stat().st_size > 10_000
