@@ -174,10 +174,9 @@ def score(rows: list[dict], model=None) -> dict:
     stored = stored_inputs()
     names = [p for (mode, where, p) in med if mode == "autotune" and where == "device"
              and ("autotune", "deviceless", p) in med]
-    predicted = model.predict([stored[n]["model_inputs"] for n in names if n in stored])["compile_seconds"]
-    point = dict(zip([n for n in names if n in stored], np.asarray(predicted["point"]) * scale))
-    lo = dict(zip([n for n in names if n in stored], np.asarray(predicted["lo"]) * scale))
-    hi = dict(zip([n for n in names if n in stored], np.asarray(predicted["hi"]) * scale))
+    known = [n for n in names if n in stored]  # the rest did not lower deviceless here
+    predicted = model.predict([stored[n]["model_inputs"] for n in known])["compile_seconds"]
+    point, lo, hi = (dict(zip(known, np.asarray(predicted[k]) * scale)) for k in ("point", "lo", "hi"))
     table = []
     for name in names:
         entry = {"program": name, "deviceless_s": med[("autotune", "deviceless", name)],

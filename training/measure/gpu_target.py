@@ -47,21 +47,23 @@ def gpu_sharding(target: str):
     """A single-device sharding on the local GPU when there is one, else on the deviceless
     target. Returns (sharding, deviceless)."""
     import jax
+
+    if has_local_gpu():
+        return _one_device(jax.devices("gpu")[0]), False
+    return deviceless_sharding(target), True
+
+
+def _one_device(device):
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    if has_local_gpu():
-        devices = jax.devices("gpu")[:1]
-        return NamedSharding(Mesh(np.array(devices), ("d",)), PartitionSpec()), False
-    return deviceless_sharding(target), True
+    return NamedSharding(Mesh(np.array([device]), ("d",)), PartitionSpec())
 
 
 def deviceless_sharding(target: str):
     """A single-device sharding on `target` compiled for without its device (also where a
     GPU is present: `bench/device_pairs.py` compiles both ways on one machine)."""
-    import numpy as np
     from jax.experimental import topologies
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     try:
         topo = topologies.get_topology_desc(
@@ -73,4 +75,4 @@ def deviceless_sharding(target: str):
         raise GpuTargetUnavailable(
             f"deviceless compile for {target} failed to start ({exc}); install "
             "costmodel[gpu] (jax-cuda12-plugin) and make ptxas available") from exc
-    return NamedSharding(Mesh(np.array(topo.devices[:1]), ("d",)), PartitionSpec())
+    return _one_device(topo.devices[0])
