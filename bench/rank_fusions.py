@@ -14,29 +14,15 @@ from __future__ import annotations
 
 import math
 
-import jax
-from _compile_timing import compile_seconds, interleaved, medians, rounds_command
-from scalar_fusions import wide_sum
-
-from costmodel.training.corpus.reference import build_reference
+from _compile_timing import rounds_command
+from scalar_fusions import label, timed_wide_sums
 
 SIZES = (128, 256)
 SHAPES = ((336,), (48, 7), (16, 7, 3), (4, 4, 7, 3))
 
 
-def label(terms: int, shape: tuple) -> str:
-    return f"{terms} terms, shape {shape}"
-
-
 def run(rounds: int) -> dict:
-    jax.config.update("jax_enable_compilation_cache", False)
-    builds = {"(reference)": build_reference}
-    for terms in SIZES:
-        for shape in SHAPES:
-            builds[label(terms, shape)] = lambda terms=terms, shape=shape: wide_sum(terms, shape)
-    compile_seconds(*build_reference())  # off the clock: the backend's first-compile costs
-    times = interleaved(builds, rounds)
-    seconds = medians(times)
+    times, seconds = timed_wide_sums(SIZES, SHAPES, rounds)
     over_rank_1 = {}
     for shape in SHAPES:
         small, large = (seconds[label(terms, shape)] for terms in SIZES)

@@ -40,15 +40,21 @@ def label(terms: int, shape: tuple) -> str:
     return f"{terms} terms, shape {shape}"
 
 
-def run(rounds: int) -> dict:
+def timed_wide_sums(sizes: tuple, shapes: tuple, rounds: int) -> tuple[dict, dict]:
+    """(times, medians) of `wide_sum` at each size and shape, keyed by `label`, and of the
+    reference program, compiled interleaved over `rounds` rounds."""
     jax.config.update("jax_enable_compilation_cache", False)
     builds = {"(reference)": build_reference}
-    for terms in SIZES:
-        for shape in SHAPES:
+    for terms in sizes:
+        for shape in shapes:
             builds[label(terms, shape)] = lambda terms=terms, shape=shape: wide_sum(terms, shape)
     compile_seconds(*build_reference())  # off the clock: the backend's first-compile costs
     times = interleaved(builds, rounds)
-    seconds = medians(times)
+    return times, medians(times)
+
+
+def run(rounds: int) -> dict:
+    times, seconds = timed_wide_sums(SIZES, SHAPES, rounds)
     growth = {}
     for shape in SHAPES:
         small, large = (seconds[label(terms, shape)] for terms in SIZES[-2:])
