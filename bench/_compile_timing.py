@@ -3,7 +3,8 @@
 Each compile starts from a new function object (never a cache hit), the variants of a
 program interleave round by round with the one that goes first rotating, and the median
 of the rounds is kept: the machine drifts between batches minutes apart, so variants are
-only ever compared within one round. The caller turns the persistent cache off.
+only ever compared within one round. The caller turns the persistent cache off, or
+`with_reference` does.
 """
 
 from __future__ import annotations
@@ -41,6 +42,16 @@ def interleaved(builds: Mapping[str, Build], repeats: int) -> dict[str, list[flo
             fn, args = builds[name]()
             times[name].append(compile_seconds(fresh(fn), args))
     return times
+
+
+def with_reference(builds: Mapping[str, Build], repeats: int) -> dict[str, list[float]]:
+    """`interleaved` over the reference program (key "(reference)") and `builds`, with the
+    persistent cache off and the backend's first-compile costs taken off the clock."""
+    from costmodel.training.corpus.reference import build_reference
+
+    jax.config.update("jax_enable_compilation_cache", False)
+    compile_seconds(*build_reference())
+    return interleaved({"(reference)": build_reference, **builds}, repeats)
 
 
 def medians(times: Mapping[str, list[float]]) -> dict[str, float]:

@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import math
 
-import jax
 import jax.numpy as jnp
-from _compile_timing import compile_seconds, interleaved, medians, rounds_command
-
-from costmodel.training.corpus.reference import build_reference
+from _compile_timing import medians, rounds_command, with_reference
 
 SIZES = (64, 128, 256)
 SHAPES = ((), (1,), (512,))
@@ -43,13 +40,8 @@ def label(terms: int, shape: tuple) -> str:
 def timed_wide_sums(sizes: tuple, shapes: tuple, rounds: int) -> tuple[dict, dict]:
     """(times, medians) of `wide_sum` at each size and shape, keyed by `label`, and of the
     reference program, compiled interleaved over `rounds` rounds."""
-    jax.config.update("jax_enable_compilation_cache", False)
-    builds = {"(reference)": build_reference}
-    for terms in sizes:
-        for shape in shapes:
-            builds[label(terms, shape)] = lambda terms=terms, shape=shape: wide_sum(terms, shape)
-    compile_seconds(*build_reference())  # off the clock: the backend's first-compile costs
-    times = interleaved(builds, rounds)
+    times = with_reference({label(terms, shape): lambda terms=terms, shape=shape: wide_sum(terms, shape)
+                            for terms in sizes for shape in shapes}, rounds)
     return times, medians(times)
 
 

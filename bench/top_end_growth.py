@@ -14,15 +14,13 @@ the model's predicted growth: a ratio under 1 means the model's growth is too st
 
 from __future__ import annotations
 
-import jax
 import numpy as np
 import outside_programs
 import outside_top_programs
-from _compile_timing import compile_seconds, interleaved, medians, rounds_command
+from _compile_timing import medians, rounds_command, with_reference
 
 import costmodel
 from costmodel.models import load_default
-from costmodel.training.corpus.reference import build_reference
 
 
 def baseline_params(builder) -> dict:
@@ -37,17 +35,14 @@ def pairs() -> dict[str, tuple]:
 
 
 def run(rounds: int) -> dict:
-    jax.config.update("jax_enable_compilation_cache", False)
-    builds = {"(reference)": build_reference}
-    predicted = {}
+    builds, predicted = {}, {}
     for name, sizes in pairs().items():
         for label, (builder, params) in zip(("baseline", "top"), sizes):
             key = f"{name} {label}"
             builds[key] = lambda builder=builder, params=params: builder(**params)
             fn, args = builder(**params)
             predicted[key] = costmodel.predict(fn, *args).compile_seconds
-    compile_seconds(*build_reference())  # off the clock: the backend's first-compile costs
-    times = interleaved(builds, rounds)
+    times = with_reference(builds, rounds)
     median = medians(times)
     rows = []
     for name in pairs():
