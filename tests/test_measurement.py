@@ -181,7 +181,7 @@ ENTRY main {
 def test_sweep_runs_on_a_dask_local_cluster(tmp_path):
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as cluster:
+                                  dashboard_address=":0") as cluster:
         config = SweepConfig(families=("tiny_test",), out=str(tmp_path), modules=(TINY,),
                              max_repeats=1, progress=False, dask_address=cluster.scheduler_address)
         summary = run_sweep(config)

@@ -28,7 +28,7 @@ LOOP = str(Path(__file__).with_name("reference_loop.py"))
 
 
 def in_process_cluster(**kwargs):
-    return distributed.LocalCluster(processes=False, dashboard_address=None, **kwargs)
+    return distributed.LocalCluster(processes=False, dashboard_address=":0", **kwargs)
 
 
 # admission rules on declared workers -------------------------------------------------
@@ -141,7 +141,7 @@ def test_the_scheduler_routes_gpu_work_to_the_gpu_worker_one_at_a_time():
     worker = distributed.Worker
     spec = {name: {"cls": worker, "options": {"nthreads": 4, "resources": resources}}
             for name, resources in (("cpu", {"compile": 1}), ("gpu", {"compile": 1, "gpu": 1}))}
-    scheduler = {"cls": distributed.Scheduler, "options": {"dashboard_address": None}}
+    scheduler = {"cls": distributed.Scheduler, "options": {"dashboard_address": ":0"}}
     with distributed.SpecCluster(workers=spec, scheduler=scheduler) as cluster:
         pool = DaskPool(cluster.scheduler_address, needs_gpu=True)
         try:
@@ -216,7 +216,7 @@ def test_two_worker_processes_time_the_reference_as_one_process_does(tmp_path):
     seconds = {"alone": [], "cluster": []}
     slowdowns = [side_by_side_slowdown(cpus)]
     with distributed.LocalCluster(n_workers=2, threads_per_worker=2, processes=True,
-                                  resources={"compile": 1}, dashboard_address=None) as cluster:
+                                  resources={"compile": 1}, dashboard_address=":0") as cluster:
         # A B B A: the machine drifts between minutes, and a linear drift cancels
         for block, where in enumerate(("alone", "cluster", "cluster", "alone")):
             extra = {"dask_address": cluster.scheduler_address} if where == "cluster" else {}
