@@ -45,6 +45,7 @@ from . import real_flax_nnx as _real_flax_nnx  # noqa: F401
 from . import real_flowjax as _real_flowjax  # noqa: F401
 from . import real_haiku as _real_haiku  # noqa: F401
 from . import real_jaxley as _real_jaxley  # noqa: F401
+from . import real_jaxsim as _real_jaxsim  # noqa: F401
 from . import real_keras as _real_keras  # noqa: F401
 from . import real_lineax as _real_lineax  # noqa: F401
 from . import real_netket as _real_netket  # noqa: F401
