@@ -52,6 +52,7 @@ from . import real_netket as _real_netket  # noqa: F401
 from . import real_numpyro as _real_numpyro  # noqa: F401
 from . import real_optax as _real_optax  # noqa: F401
 from . import real_optimistix as _real_optimistix  # noqa: F401
+from . import real_pennylane as _real_pennylane  # noqa: F401
 from . import real_penzai as _real_penzai  # noqa: F401
 from . import real_sympy2jax as _real_sympy2jax  # noqa: F401
 from . import science as _science  # noqa: F401

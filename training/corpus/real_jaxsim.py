@@ -65,16 +65,28 @@ def legged_sdf(legs: int, segments: int) -> str:
     return '<sdf version="1.7"><model name="legged">' + "".join(parts) + "</model></sdf>"
 
 
-def _model(legs: int, segments: int, contact: str = "soft", integrator: str = "SemiImplicitEuler"):
+def _jaxsim():
+    """``jaxsim.api``, imported without leaving ``jax_enable_x64`` switched on for the rest
+    of the process (JaxSim turns it on when first imported; the family asks for x64 where
+    it is measured, and other programs of the same process must not change dtype)."""
+    enabled = jax.config.jax_enable_x64
     import jaxsim.api as js
+
+    jax.config.update("jax_enable_x64", enabled)
+    return js
+
+
+def _model(legs: int, segments: int, contact: str = "soft", integrator: str = "SemiImplicitEuler"):
+    js = _jaxsim()
     import jaxsim.rbda.contacts as contacts
     from jaxsim.api.model import IntegratorType
 
-    contact_model = {"soft": contacts.SoftContacts, "rigid": contacts.RigidContacts,
-                     "relaxed_rigid": contacts.RelaxedRigidContacts}[contact].build()
-    return js.model.JaxSimModel.build_from_model_description(
-        legged_sdf(legs, segments), is_urdf=False, time_step=0.001,
-        contact_model=contact_model, integrator=IntegratorType[integrator])
+    with jax.enable_x64(True):  # as JaxSim builds it for its users: float64 parameters
+        contact_model = {"soft": contacts.SoftContacts, "rigid": contacts.RigidContacts,
+                         "relaxed_rigid": contacts.RelaxedRigidContacts}[contact].build()
+        return js.model.JaxSimModel.build_from_model_description(
+            legged_sdf(legs, segments), is_urdf=False, time_step=0.001,
+            contact_model=contact_model, integrator=IntegratorType[integrator])
 
 
 def build_jaxsim_rollout(legs: int, segments: int, contact: str, integrator: str, grad: bool):
@@ -83,8 +95,7 @@ def build_jaxsim_rollout(legs: int, segments: int, contact: str, integrator: str
     score and its gradient in the torques (rigid contacts solve a QP in a ``while_loop``,
     which reverse mode cannot differentiate, so gradients use soft or relaxed-rigid ones)."""
     with library_quiet():
-        import jaxsim.api as js
-
+        js = _jaxsim()
         model = _model(legs, segments, contact, integrator)
     dofs = model.dofs()
 
@@ -112,8 +123,7 @@ def build_jaxsim_dynamics(legs: int, segments: int, task: str, batch: int):
     (the gradient of squared inverse-dynamics torques in the joint positions) or
     ``forward_dynamics`` (articulated-body accelerations under given torques)."""
     with library_quiet():
-        import jaxsim.api as js
-
+        js = _jaxsim()
         model = _model(legs, segments)
     dofs = model.dofs()
 

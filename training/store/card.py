@@ -51,6 +51,18 @@ def summary(data: pd.DataFrame) -> dict:
     }
 
 
+def _machines(datasets: dict[str, pd.DataFrame]) -> str:
+    """Each dataset's CPU kinds and core counts with their row counts: rows from several
+    machines train one model (their reference compiles bring them to one speed)."""
+    parts = []
+    for name, df in datasets.items():
+        counts = df.groupby([df["cpu_model"].fillna("?"), df["cpu_count"].fillna(0)]).size()
+        kinds = ", ".join(f"{model} × {int(cores)} cores ({n} rows)"
+                          for (model, cores), n in counts.sort_values(ascending=False).items())
+        parts.append(f"{name}: {kinds}")
+    return "; ".join(parts)
+
+
 def render(datasets: dict[str, pd.DataFrame], notes: str = "") -> str:
     """Markdown card for several datasets keyed by name (e.g. 'cpu', 'gpu-h100')."""
     first = next(iter(datasets.values()))
@@ -62,8 +74,7 @@ def render(datasets: dict[str, pd.DataFrame], notes: str = "") -> str:
         "`costmodel.training.store.card`.",
         "",
         "## Where and with what",
-        f"- Machine: {env.get('cpu_model')} × {env.get('cpu_count')} cores "
-        f"(host `{env.get('hostname')}`), no GPU.",
+        f"- Machines (rows measured on each, by dataset): {_machines(datasets)}; no GPU.",
         f"- jax {env.get('jax_version')}, jaxlib {env.get('jaxlib_version')}, "
         f"Python {env.get('python_version')}, XLA_FLAGS `{env.get('xla_flags') or ''}`.",
         f"- Harness versions: {', '.join(sorted(map(str, first['harness_version'].unique())))}.",
