@@ -6,7 +6,8 @@ library and unseen benches), as the model cards score the shipped model. Fits on
 minute or so per set, no compile is timed.
 
 Why: a new corpus library is training data, not the judge; rows that help the programs
-they look like can cost others, and only the out-of-corpus benches tell which.
+they look like can cost others, and only the out-of-corpus benches tell which. It also
+scores the shipped model on each added set's rows (programs it never trained on).
 
     python bench/added_rows_effect.py --add jaxsim=bench/data/cpu_unshipped_real.parquet:jaxsim \
         --json bench/results/added_rows_effect.json
@@ -26,10 +27,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from costmodel.models import load
+from costmodel.models import load, load_default
+from costmodel.training.evaluation import metrics
 from costmodel.training.evaluation.interval_widening import with_shipped_widening
-from costmodel.training.evaluation.outside import current_results, measures, score
-from costmodel.training.fitting.fit import select_rows, train
+from costmodel.training.evaluation.outside import current_results, measures, score, speed_scale
+from costmodel.training.fitting.fit import features_frame, select_rows, train
 from costmodel.training.fitting.publish import save
 from costmodel.training.store import dataset
 
@@ -82,6 +84,21 @@ def bench_scores(predictor, results: dict[str, dict]) -> dict:
                     "memory_mean_abs_log": float(np.mean(memory_logs))}}
 
 
+def unseen_rows_scores(model, rows: pd.DataFrame) -> dict:
+    """`model` (one that never trained on `rows`) on them, per family: each prediction
+    scaled by its row's reference compile as `costmodel calibrate` would scale it."""
+    rows = select_rows(rows, "cpu", "").reset_index(drop=True)
+    predicted = model.predict(features_frame(rows).to_dict("records"))["compile_seconds"]
+    scale = np.array([speed_scale(model, ref) for ref in rows["ref_seconds"].astype(float)])
+    point, lo, hi = (predicted[k] * scale for k in ("point", "lo", "hi"))
+    measured = rows["compile_seconds"].to_numpy(float)
+    groups = {family: group.index.to_numpy() for family, group in rows.groupby("family")}
+    return {name: {"programs": len(i), "median_fold": metrics.median_fold(point[i], measured[i]),
+                   "measured_over_predicted": float(np.median(measured[i] / point[i])),
+                   "coverage_90": metrics.coverage(lo[i], hi[i], measured[i])}
+            for name, i in {**groups, "all": np.arange(len(rows))}.items()}
+
+
 def without_random_real_rows(rows: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
     real = np.flatnonzero(rows["library"].fillna("").to_numpy() != "")
     return rows.drop(rows.index[np.random.default_rng(seed).choice(real, n, replace=False)])
@@ -90,10 +107,14 @@ def without_random_real_rows(rows: pd.DataFrame, n: int, seed: int) -> pd.DataFr
 def run(additions: list[str], noise: int = 0, draws: int = 3) -> dict:
     results = current_results(RESULTS, "cpu")
     shipped = dataset.load([SHIPPED_ROWS])
-    fits = {"shipped rows": shipped}
+    fits, unseen = {"shipped rows": shipped}, {}
     for spec in additions:
         name, rows = extra_rows(spec)
         fits[name] = pd.concat([shipped, rows], ignore_index=True)
+        unseen[name] = unseen_rows_scores(load_default("cpu"), rows)
+        print(f"the shipped model on {name}'s rows: " + ", ".join(
+            f"{family} {s['median_fold']:.2f} (measured / predicted {s['measured_over_predicted']:.2f})"
+            for family, s in unseen[name].items()), flush=True)
     for seed in range(draws if noise else 0):
         fits[f"{noise} random real rows out, draw {seed}"] = without_random_real_rows(
             shipped, noise, seed)
@@ -104,7 +125,7 @@ def run(additions: list[str], noise: int = 0, draws: int = 3) -> dict:
             report[name] = {"training_rows": n, **bench_scores(model, results)}
             _print_overall(name, report[name])
     _print_benches(report, results)
-    return report
+    return {**report, "shipped model on the added rows": unseen}
 
 
 def _print_overall(name: str, entry: dict) -> None:

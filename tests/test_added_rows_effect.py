@@ -68,3 +68,16 @@ def test_noise_draws_leave_out_only_real_rows(bench):
     synthetic = rows["library"].fillna("") == ""
     assert synthetic.sum() == (kept["library"].fillna("") == "").sum()
     assert not np.array_equal(kept.index, bench.without_random_real_rows(rows, 31, seed=1).index)
+
+
+def test_the_shipped_model_under_predicts_jaxsim_rollouts_as_it_does_brax(bench):
+    """Recomputed from the committed rows, as stored: the rollouts (a simulator step in a
+    scan, like brax's) compile 1.5x longer than predicted, the dynamics queries as predicted."""
+    _, rows = bench.extra_rows(f"jaxsim={ROOT / 'bench/data/cpu_unshipped_real.parquet'}:jaxsim")
+    now = bench.unseen_rows_scores(load_default("cpu"), rows)
+    stored = STORED["shipped model on the added rows"]["jaxsim"]
+    for family in ("jaxsim_rollout", "jaxsim_dynamics", "all"):
+        assert now[family]["median_fold"] == pytest.approx(stored[family]["median_fold"], rel=1e-6)
+    assert now["jaxsim_rollout"]["programs"] == 22
+    assert now["jaxsim_rollout"]["measured_over_predicted"] == pytest.approx(1.53, abs=0.01)
+    assert now["jaxsim_dynamics"]["measured_over_predicted"] == pytest.approx(1.00, abs=0.01)
