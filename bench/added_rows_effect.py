@@ -35,8 +35,9 @@ from costmodel.training.fitting.fit import features_frame, select_rows, train
 from costmodel.training.fitting.publish import save
 from costmodel.training.store import dataset
 
-SHIPPED_ROWS = Path("training/data/cpu/rows.parquet")
-RESULTS = Path("bench/results")
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED_ROWS = ROOT / "training/data/cpu/rows.parquet"
+RESULTS = ROOT / "bench/results"
 
 
 def extra_rows(spec: str) -> tuple[str, pd.DataFrame]:
@@ -63,18 +64,18 @@ def fit(rows: pd.DataFrame, folder: Path):
     return load(folder), len(rows)
 
 
-def bench_scores(predictor, results: dict[str, dict]) -> dict:
+def bench_scores(model, results: dict[str, dict]) -> dict:
     """Per bench and over all of them: mean |log| fold of compile seconds (the figure the
     decision rests on), median fold, 90% coverage, and host memory's mean |log| fold."""
     per_bench, time_logs, memory_logs = {}, [], []
     for name, data in results.items():
-        timed = score(predictor, data)
+        timed = score(model, data)
         logs = np.log(timed["folds"])
         time_logs += list(logs)
         entry = {"programs": timed["n"], "mean_abs_log": float(logs.mean()),
                  "median_fold": timed["median_fold"], "coverage_90": timed["coverage"]}
         if measures(data, "peak_rss_bytes"):
-            memory = np.log(score(predictor, data, "peak_rss_bytes")["folds"])
+            memory = np.log(score(model, data, "peak_rss_bytes")["folds"])
             memory_logs += list(memory)
             entry["memory_mean_abs_log"] = float(memory.mean())
         per_bench[name] = entry
@@ -100,6 +101,7 @@ def unseen_rows_scores(model, rows: pd.DataFrame) -> dict:
 
 
 def without_random_real_rows(rows: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
+    """`rows` less `n` real-program rows drawn at random (synthetic rows all kept)."""
     real = np.flatnonzero(rows["library"].fillna("").to_numpy() != "")
     return rows.drop(rows.index[np.random.default_rng(seed).choice(real, n, replace=False)])
 

@@ -8,7 +8,8 @@ calibrated as the stored runs are) beside its while loops and the values they ca
 Why ask: brax's and JaxSim's physics steps compile 1.5-2.4x longer than predicted while
 the emulated fusions match XLA's, and JaxSim's top HLO passes are while-loop ones
 (simplify-while-loops, copy-insertion, while-loop-invariant-code-motion); copying and
-simplifying a loop is work per carried value. No feature counts carried values (schema 16).
+simplifying a loop is work per carried value. No feature counts carried values (schema 16);
+tried as one (fit-only, 2026-12-04, README), it did not improve the benches' scores.
 
     python bench/while_state.py [--json bench/results/while_state.json]
 """
@@ -39,7 +40,8 @@ from costmodel.training.fitting.fit import features_frame, select_rows  # noqa: 
 from costmodel.training.store import dataset  # noqa: E402
 
 RUNS = ("outside_libraries_b1", "outside_libraries_b2")
-UNSHIPPED = Path("bench/data/cpu_unshipped_real.parquet")
+ROOT = Path(__file__).resolve().parents[1]
+UNSHIPPED = ROOT / "bench/data/cpu_unshipped_real.parquet"
 # `%r:12 = stablehlo.while(...)` carries 12 values; `%r = stablehlo.while` one
 WHILE = re.compile(r"%[\w.#]+(?::(\d+))? = stablehlo\.while")
 
@@ -59,7 +61,7 @@ def while_state(family: str, params: dict) -> tuple[int, int]:
 
 def _outside_programs(model) -> list[dict]:
     found = []
-    for run, data in current_results(Path("bench/results"), "cpu").items():
+    for run, data in current_results(ROOT / "bench/results", "cpu").items():
         if run not in RUNS:
             continue
         point, _, _, measured = scaled_predictions(model, data)
