@@ -85,13 +85,18 @@ def bench_scores(model, results: dict[str, dict]) -> dict:
                     "memory_mean_abs_log": float(np.mean(memory_logs))}}
 
 
-def unseen_rows_scores(model, rows: pd.DataFrame) -> dict:
-    """`model` (one that never trained on `rows`) on them, per family: each prediction
-    scaled by its row's reference compile as `costmodel calibrate` would scale it."""
-    rows = select_rows(rows, "cpu", "").reset_index(drop=True)
+def row_predictions(model, rows: pd.DataFrame) -> tuple[np.ndarray, ...]:
+    """`model`'s compile seconds (point, lo, hi) for dataset rows, each scaled by its
+    row's reference compile as `costmodel calibrate` would scale it."""
     predicted = model.predict(features_frame(rows).to_dict("records"))["compile_seconds"]
     scale = np.array([speed_scale(model, ref) for ref in rows["ref_seconds"].astype(float)])
-    point, lo, hi = (predicted[k] * scale for k in ("point", "lo", "hi"))
+    return tuple(predicted[k] * scale for k in ("point", "lo", "hi"))
+
+
+def unseen_rows_scores(model, rows: pd.DataFrame) -> dict:
+    """`model` (one that never trained on `rows`) on them, per family (`row_predictions`)."""
+    rows = select_rows(rows, "cpu", "").reset_index(drop=True)
+    point, lo, hi = row_predictions(model, rows)
     measured = rows["compile_seconds"].to_numpy(float)
     groups = {family: group.index.to_numpy() for family, group in rows.groupby("family")}
     return {name: {"programs": len(i), "median_fold": metrics.median_fold(point[i], measured[i]),

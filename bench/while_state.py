@@ -28,15 +28,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import outside_programs_b1  # noqa: E402,F401  (registers the outside families)
 import outside_programs_b2  # noqa: E402,F401
+from added_rows_effect import row_predictions  # noqa: E402
 
 from costmodel.models import load_default  # noqa: E402
 from costmodel.training import corpus  # noqa: E402
-from costmodel.training.evaluation.outside import (  # noqa: E402
-    current_results,
-    scaled_predictions,
-    speed_scale,
-)
-from costmodel.training.fitting.fit import features_frame, select_rows  # noqa: E402
+from costmodel.training.evaluation.outside import current_results, scaled_predictions  # noqa: E402
+from costmodel.training.fitting.fit import select_rows  # noqa: E402
 from costmodel.training.store import dataset  # noqa: E402
 
 RUNS = ("outside_libraries_b1", "outside_libraries_b2")
@@ -76,12 +73,11 @@ def _outside_programs(model) -> list[dict]:
 def _jaxsim_programs(model) -> list[dict]:
     rows = select_rows(dataset.load([UNSHIPPED]), "cpu", "")
     rows = rows[rows["library"] == "jaxsim"].reset_index(drop=True)
-    predicted = model.predict(features_frame(rows).to_dict("records"))["compile_seconds"]["point"]
-    scale = np.array([speed_scale(model, ref) for ref in rows["ref_seconds"].astype(float)])
+    point, _, _ = row_predictions(model, rows)
     return [{"set": "jaxsim", "family": row["family"], "params": json.loads(row["params"]),
              "ops": float(row["f_hlo_ops_inlined"]),
-             "measured_over_predicted": float(row["compile_seconds"] / (p * s))}
-            for (_, row), p, s in zip(rows.iterrows(), predicted, scale)]
+             "measured_over_predicted": float(row["compile_seconds"] / predicted)}
+            for (_, row), predicted in zip(rows.iterrows(), point)]
 
 
 def run() -> dict:

@@ -76,8 +76,9 @@ def _jaxsim():
     return js
 
 
-def _model(legs: int, segments: int, contact: str = "soft", integrator: str = "SemiImplicitEuler"):
-    js = _jaxsim()
+def _model(js, legs: int, segments: int, contact: str = "soft",
+           integrator: str = "SemiImplicitEuler"):
+    """The legged robot as a ``JaxSimModel`` (``js``: `_jaxsim`'s module)."""
     import jaxsim.rbda.contacts as contacts
     from jaxsim.api.model import IntegratorType
 
@@ -96,7 +97,7 @@ def build_jaxsim_rollout(legs: int, segments: int, contact: str, integrator: str
     which reverse mode cannot differentiate, so gradients use soft or relaxed-rigid ones)."""
     with library_quiet():
         js = _jaxsim()
-        model = _model(legs, segments, contact, integrator)
+        model = _model(js, legs, segments, contact, integrator)
     dofs = model.dofs()
 
     def score(q0, torques):
@@ -124,7 +125,7 @@ def build_jaxsim_dynamics(legs: int, segments: int, task: str, batch: int):
     ``forward_dynamics`` (articulated-body accelerations under given torques)."""
     with library_quiet():
         js = _jaxsim()
-        model = _model(legs, segments)
+        model = _model(js, legs, segments)
     dofs = model.dofs()
 
     def state(q, qd):
