@@ -68,13 +68,13 @@ def test_the_best_held_out_setting_is_no_better_on_the_benches(bench):
     assert best["all_benches"]["compile_seconds"] >= shipped["all_benches"]["compile_seconds"]
 
 
-def test_the_setting_the_benches_score_best_is_one_lucky_fit():
+def test_the_setting_the_benches_score_best_is_one_lucky_fit(bench):
     """The benches' best setting (0.250 against the shipped 0.260) refitted six times with
     31 random real rows left out scores as the shipped setting does under the same draws:
     the two ranges overlap and their means differ by under 0.005."""
     noise = STORED["noise"]
     best = min(STORED["settings"], key=lambda r: r["all_benches"]["compile_seconds"])
-    assert noise["best_on_benches"] == best["setting"] != STORED["settings"][0]["setting"]
+    assert noise["best_on_benches"] == best["setting"] != bench.SHIPPED
     assert best["all_benches"]["compile_seconds"] < 0.252
     assert noise["rows_left_out"] == 31 and len(noise["draws"]) == 6
     shipped = [d["shipped"]["compile_seconds"] for d in noise["draws"]]
