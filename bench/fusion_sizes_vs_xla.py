@@ -4,9 +4,11 @@
     python bench/fusion_sizes_vs_xla.py compare --dump /tmp/fusion-sizes
 
 `dump` lowers and compiles (once, for the CPU) the largest row of 3 s or less of each
-family in the shipped CPU data, and with `--outside` the outside-libraries programs of
-25 s or less (`bench/data/outside_libraries`), keeping each program's StableHLO and XLA's
-optimized HLO; a rerun skips what is there. `compare` prints, for the corpus programs and
+family in the shipped CPU data, and with `--outside` the programs of 25 s or less of the
+three outside-libraries runs (`bench/data/outside_libraries`, `_b1`, `_b2`; a program
+whose library is not installed is skipped), keeping each program's
+StableHLO and XLA's optimized HLO; a rerun skips what is there. `bench/fusion_oracle.py`
+scores the model on XLA's own fusions of the same dump. `compare` prints, for the corpus programs and
 the outside ones, the median of log(emulated / XLA) and of its absolute value for the total
 of fused ops and for the sum of squared fusion sizes (what `fusion_cost_squares` follows;
 XLA's fusions counted without parameters, constants and bitcasts). It compiles nothing.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import json
 import re
 from pathlib import Path
@@ -28,6 +31,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # A fused computation of XLA's text and the ops in it that cost nothing to emit.
 FUSED_COMPUTATION = re.compile(r"^%?(\S*(?:fus|wrapped)\S*) .*?\{\n(.*?)\n\}", re.S | re.M)
 FREE_OPS = ("parameter", "constant", "bitcast")
+# The outside-libraries runs `dump --outside` takes programs from: (data folder, module
+# that registers its families).
+OUTSIDE_RUNS = (("outside_libraries", "outside_programs"),
+                ("outside_libraries_b1", "outside_programs_b1"),
+                ("outside_libraries_b2", "outside_programs_b2"))
 
 
 def sample(outside: bool) -> list[tuple[str, str]]:
@@ -36,11 +44,10 @@ def sample(outside: bool) -> list[tuple[str, str]]:
     rows = rows[(rows.status == "ok") & (rows.compile_seconds <= 3)]
     chosen = rows.sort_values("compile_seconds").groupby("family").tail(1)
     programs = list(zip(chosen.family, chosen.params))
-    if outside:
-        import outside_programs  # noqa: F401 - registers the outside families
-
-        measured = pd.read_parquet(ROOT / "bench/data/outside_libraries/measured.parquet")
-        measured = measured[measured.compile_seconds <= 25]
+    for folder, module in OUTSIDE_RUNS if outside else ():
+        importlib.import_module(module)  # registers the run's families
+        measured = pd.read_parquet(ROOT / "bench/data" / folder / "measured.parquet")
+        measured = measured[(measured.status == "ok") & (measured.compile_seconds <= 25)]
         programs += list(zip(measured.family, measured.params))
     return programs
 
@@ -57,24 +64,53 @@ def dump(folder: Path, outside: bool) -> None:
         stem = folder / hashlib.sha1(f"{family}{params}".encode()).hexdigest()[:12]
         if stem.with_suffix(".hlo").exists():
             continue
-        _, lowered = place.lower_corpus(family, json.loads(params))
+        try:
+            _, lowered = place.lower_corpus(family, json.loads(params))
+        except ImportError as error:  # an outside run's library is not installed
+            print(f"skipping {family}: {error}")
+            continue
         stem.with_suffix(".mlir").write_text(lowered.as_text())
         stem.with_suffix(".hlo").write_text(lowered.compile().as_text())
         stem.with_suffix(".json").write_text(json.dumps({"family": family, "params": params}))
         print(family, params, flush=True)
 
 
+def xla_fusions(text: str) -> list[tuple[int, float, tuple]]:
+    """`(ops, cost, kernel)` of each fused computation of an optimized HLO module's text:
+    its ops, their summed cost weights as the emulator weighs a fused op (`fusion_weight`:
+    transcendental math 4, 64-bit and complex math doubled, an op on scalars nothing), and
+    its sorted (op, type, shape) list, equal for fusions that compile to the same kernel."""
+    from costmodel.features.categories import EXPENSIVE_HLO
+
+    line_parts = re.compile(r"= (\w+)\[([\d,]*)\]\S* ([\w-]+)\(")
+    fusions = []
+    for _, body in FUSED_COMPUTATION.findall(text):
+        ops, cost, kernel = 0, 0.0, []
+        for line in body.splitlines():
+            found = line_parts.search(line)
+            if not found or found.group(3) in FREE_OPS:
+                continue
+            dtype, dims, name = found.groups()
+            name = name.replace("-", "_")
+            weight = (4.0 if name in EXPENSIVE_HLO else 1.0) \
+                * (2.0 if dtype in ("f64", "c128") else 1.0) * (2.0 if dtype[0] == "c" else 1.0)
+            ops += 1
+            cost += weight if dims else 0.0
+            kernel.append((name, dtype, dims))
+        if ops:
+            fusions.append((ops, cost, tuple(sorted(kernel))))
+    return fusions
+
+
 def xla_sizes(text: str) -> list[int]:
     """Ops of each fused computation of an optimized HLO module's text."""
-    ops = re.compile(r"= \S+ ([\w-]+)\(")
-    return [sum(1 for line in body.splitlines()
-                if (op := ops.search(line)) and op.group(1) not in FREE_OPS)
-            for _, body in FUSED_COMPUTATION.findall(text)]
+    return [ops for ops, _, _ in xla_fusions(text)]
 
 
-def emulated_sizes(text: str) -> list[int]:
-    """Ops of each fusion the emulator makes of a StableHLO module (as the features see
-    them: the entry's fusions with its callees inlined, and its loop bodies')."""
+def emulated_fusions(text: str) -> list[list]:
+    """The emulator's fusions of a StableHLO module, `[ops, cost, indexing ops, kernel]`
+    each (`Fusions.groups`), as the features see them: the entry's fusions with its
+    callees inlined, and its loop bodies'."""
     from costmodel.features.stablehlo.combine import combine
     from costmodel.features.stablehlo.parse import entry_function, functions, parse_module
     from costmodel.features.stablehlo.walk import Walker
@@ -84,8 +120,12 @@ def emulated_sizes(text: str) -> list[int]:
     entry = entry_function(funcs)
     walker = Walker(funcs)
     tallies = {name: walker.function(name) for name in funcs}
-    fusions = combine(entry, tallies, {})["fusions"] + tallies[entry].body_fusions
-    return [int(size) for size, *_ in fusions]
+    return combine(entry, tallies, {})["fusions"] + tallies[entry].body_fusions
+
+
+def emulated_sizes(text: str) -> list[int]:
+    """Ops of each fusion the emulator makes of a StableHLO module."""
+    return [int(size) for size, *_ in emulated_fusions(text)]
 
 
 def compare(folder: Path) -> None:
