@@ -9,6 +9,9 @@ chain shared by several reductions is computed once in one fusion. Each line pri
 fused-op counts of XLA's compiled module and of the emulator, largest first, and the names
 XLA gave its fusions. It compiles each program once (no timing).
 
+The first lines time nothing either: a chain of three arrays read by reductions, by a
+reduction and an elementwise op, and centred by its own sum, at 64 to 2^20 elements.
+
     python bench/reduction_fusion.py
 
 The last lines build the Distrax spline flow of `bench/outside_programs.py` at tiny sizes
@@ -51,8 +54,31 @@ def shared_by_three_sums(w, x):
     return below * above + jnp.sum(knots, -1)
 
 
+def three_reductions(a, b, c):
+    """A cheap chain of three arrays (one the duplication rules do not exempt) read by three
+    reductions."""
+    t = a * b + c
+    return jnp.exp(t).sum(), (t * c).sum(), (t - a).max()
+
+
+def reduction_and_elementwise(a, b, c):
+    t = a * b + c
+    return jnp.exp(t) * 2.0, (t * c).sum(-1)
+
+
+def centred_by_its_sum(a, b, c):
+    """A reduction broadcast back to its operand's shape and read there."""
+    t = a * b + c
+    return jnp.tanh(t - t.sum(-1, keepdims=True))
+
+
 def main() -> None:
     jax.config.update("jax_enable_compilation_cache", False)
+    for shape in ((64,), (8, 4, 5), (4096,), (64, 128), (256, 16, 8), (1 << 20,)):
+        arrays = [jnp.ones(shape)] * 3
+        compare(f"3-array chain -> 3 reductions, {shape}", three_reductions, *arrays)
+        compare(f"3-array chain -> exp, sum, {shape}", reduction_and_elementwise, *arrays)
+        compare(f"x - sum(x) -> tanh, {shape}", centred_by_its_sum, *arrays)
     compare("chain -> 3 sums, (8, 4, 5)", shared_by_three_sums, jnp.ones((8, 4, 5)),
             jnp.ones((8, 4)))
     for shape in ((8, 4, 5), (256, 16, 8), (64, 128)):
