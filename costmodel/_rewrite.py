@@ -274,6 +274,8 @@ def inner_jit_parts(closed_jaxpr):
     """
     import jax
     import jax.numpy as jnp
+    # imported by name: `jax.extend` is not an attribute of `jax` until something imports it
+    from jax.extend.core import jaxpr_as_fun
 
     jaxpr = closed_jaxpr.jaxpr
     parts, seen = [], set()
@@ -286,7 +288,7 @@ def inner_jit_parts(closed_jaxpr):
             continue
         seen.add(key)
         shapes = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in eqn.invars]
-        parts.append((jax.extend.core.jaxpr_as_fun(inner), shapes,
+        parts.append((jaxpr_as_fun(inner), shapes,
                       str(eqn.params.get("name", "inner"))))
 
     def glue(*args):

@@ -1,5 +1,10 @@
 """The rewrites behind advice compute what the original program computes."""
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -80,6 +85,23 @@ def test_inner_jit_parts_without_glue_when_only_calls_remain():
         return a
     parts, glue = _rewrite.inner_jit_parts(jax.jit(stack).trace(X).jaxpr)
     assert len(parts) == 1 and glue is None
+
+
+def test_advice_on_inner_jits_in_a_fresh_process():
+    """`advise` splits a program's inner jits in a process that has imported nothing but
+    costmodel and jax (it once read `jax.extend` as an attribute, which exists only after
+    something imports it, so the first advice in a new process failed)."""
+    script = textwrap.dedent("""
+        import jax, jax.numpy as jnp, costmodel
+        inner = jax.jit(lambda a: jnp.tanh(a @ a))
+        advice = costmodel.advise(lambda a: inner(inner(a)) + 1, jnp.ones((8, 8)))
+        print(sorted(alt.strategy for alt in advice.alternatives))
+    """)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "split_inner_jits" in done.stdout
 
 
 def test_non_chained_blocks_are_not_rewritten():
