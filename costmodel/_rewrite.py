@@ -274,6 +274,7 @@ def inner_jit_parts(closed_jaxpr):
     """
     import jax
     import jax.numpy as jnp
+
     # imported by name: `jax.extend` is not an attribute of `jax` until something imports it
     from jax.extend.core import jaxpr_as_fun
 
