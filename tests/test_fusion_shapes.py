@@ -1,0 +1,63 @@
+"""bench/fusion_shapes.py: one elementwise fusion's compile grows with its size times its
+inputs, not with its size squared. The stored run (`bench/results/fusion_shapes.json`),
+what it shows, and that the shipped model's stored predictions are reproduced."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import costmodel
+from costmodel.models import load_default
+
+ROOT = Path(__file__).resolve().parents[1]
+STORED = json.loads((ROOT / "bench/results/fusion_shapes.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def shapes():
+    from conftest import bench_module
+
+    return bench_module("fusion_shapes")
+
+
+def seconds(kind: str, terms: int) -> float:
+    return STORED["median_s"][f"{kind}, {terms} terms"]
+
+
+def test_every_variant_is_one_xla_fusion_at_every_size():
+    for kind, entry in STORED["fusions"].items():
+        assert entry["xla_fusions"] == [1] * len(STORED["sizes"]), kind
+
+
+def test_a_chain_on_one_parameter_compiles_in_linear_time():
+    # one parameter, however many distinct values: the chain, its rows of one array, its
+    # distinct constants
+    for kind in ("chain", "chain of rows", "chain of constants"):
+        assert STORED["fusions"][kind]["growth_exponent"] < 1.25, kind
+    assert STORED["fusions"]["chain of inputs"]["growth_exponent"] > 1.9
+    assert STORED["fusions"]["wide sum"]["growth_exponent"] > 1.7
+
+
+def test_inputs_not_values_make_the_same_chain_slow():
+    assert seconds("chain of inputs", 1024) > 15 * seconds("chain of rows", 1024)
+    assert seconds("chain of inputs", 1024) > 40 * seconds("chain", 1024)
+    assert seconds("chain of rows", 1024) < 3 * seconds("chain", 1024)
+
+
+def test_the_stored_predictions_are_the_shipped_models(shapes):
+    assert len(STORED["sizes"]) == 4
+    for kind, build in shapes.FUSIONS.items():
+        for position, terms in enumerate(STORED["sizes"][:2]):
+            prediction = costmodel.predict(*_fn_and_args(build, terms))
+            stored = STORED["fusions"][kind]
+            assert prediction.compile_seconds == pytest.approx(
+                stored["predicted_s"][position], rel=1e-6), (kind, terms)
+            assert prediction.features.model_inputs()["fusion_cost_squares"] == \
+                stored["fusion_cost_squares"][position]
+    assert load_default("cpu").version == "cpu-9cc05d83-798a7c"
+
+
+def _fn_and_args(build, terms):
+    fn, args = build(terms)
+    return (fn, *args)
