@@ -30,8 +30,9 @@ from typing import Any
 # and reshapes nearly free, a pad XLA's alone), and the StableHLO folders do not look into
 # calls; 15: `fusion_distinct` and `fusion_distinct_cost`, the emulated fusions that are
 # not the same kernel as another (XLA:CPU compiles a repeated fusion almost for free); 16:
-# rank-0 ops add nothing to a fusion's cost (`Fusions.groups`)
-SCHEMA_VERSION = 16
+# rank-0 ops add nothing to a fusion's cost (`Fusions.groups`); 17: `fusion_cost_inputs`,
+# each fusion's cost times the arrays it reads from outside (`bench/fusion_shapes.py`)
+SCHEMA_VERSION = 17
 
 # Coarse op categories shared by the jaxpr and StableHLO extractors.
 CATEGORIES = (
@@ -94,6 +95,7 @@ STABLEHLO_FEATURES = (
     "fusion_max_size",
     "fusion_mean_size",
     "fusion_cost_squares",    # sum over fusions of (array ops weighted by their cost) squared
+    "fusion_cost_inputs",     # sum over fusions of that cost times the arrays it reads in
     "fusion_indexing_squares",  # sum over fusions of (slices, pads, concats...) squared
     "fusion_distinct",        # fusions that are not the same kernel as another
     "fusion_distinct_cost",   # their cost weights, each kernel once (XLA compiles it once)

@@ -59,15 +59,16 @@ def stablehlo_features(module, backend: str = "cpu") -> tuple[dict[str, float], 
 
 
 def _fusion_features(fusions: list) -> dict[str, float]:
-    """The fusion_* features of `[ops, cost, indexing ops, signature]` per fusion."""
-    sizes = [size for size, _, _, _ in fusions]
-    distinct = {signature: cost for _, cost, _, signature in fusions}
+    """The fusion_* features of `[ops, cost, indexing ops, signature, inputs]` per fusion."""
+    sizes = [size for size, *_ in fusions]
+    distinct = {signature: cost for _, cost, _, signature, _ in fusions}
     return {
         "fusion_groups": len(sizes),
         "fusion_max_size": max(sizes) if sizes else 0,
         "fusion_mean_size": sum(sizes) / len(sizes) if sizes else 0.0,
-        "fusion_cost_squares": sum(cost * cost for _, cost, _, _ in fusions),
-        "fusion_indexing_squares": sum(n * n for _, _, n, _ in fusions),
+        "fusion_cost_squares": sum(cost * cost for _, cost, *_ in fusions),
+        "fusion_cost_inputs": sum(cost * inputs for _, cost, _, _, inputs in fusions),
+        "fusion_indexing_squares": sum(n * n for _, _, n, *_ in fusions),
         "fusion_distinct": len(distinct),
         "fusion_distinct_cost": sum(distinct.values()),
     }

@@ -77,6 +77,9 @@ class Fusions:
         # types, with the constants it reads (XLA:CPU compiles a repeated kernel once)
         self._signature: dict = {}
         self._constants: set = set()
+        # the arrays each op reads: a producing op's position, or the value itself for a
+        # block argument (a fusion's inputs are those read from outside it)
+        self._arrays_read: dict = {}
 
     def visit(self, operands: list, results: list, name: str, weight: float | None,
               rank: int | None, signature=None) -> None:
@@ -93,13 +96,19 @@ class Fusions:
         if name == "slice" and operands and hasattr(results[0] if results else None, "owner"):
             operands = [self._sliced(operands[0], results[0]), *operands[1:]]
         arrays = 0
+        read = []
         for operand in operands:
             producer = self._producer.get(operand)
+            if producer is None:
+                read.append(operand)
+            elif producer not in self._spread and self._rank.get(producer) != 0:
+                read.append(producer)
             if producer is not None:
                 self._users.setdefault(producer, set()).add(position)
                 if producer in self._spread or self._lower_rank(producer, rank):
                     continue
             arrays += 1
+        self._arrays_read[position] = read
         for result in results:
             self._producer[result] = position
         self._rank[position] = rank
@@ -202,15 +211,16 @@ class Fusions:
         return len(readers)
 
     def groups(self) -> list[list]:
-        """`[ops, summed cost weights, indexing ops, signature]` of each fusion (equal
-        signatures: the same kernel)."""
+        """`[ops, summed cost weights, indexing ops, signature, inputs]` of each fusion
+        (equal signatures: the same kernel; inputs: the distinct arrays it reads from
+        outside, its fused computation's parameters)."""
         blocked = self._blocked()
         fusion_of: dict = {}
         dead: set = set()  # left unread once slices were resolved past them
         groups: list[list] = []
 
         def new_fusion() -> int:
-            groups.append([0, 0.0, 0, []])
+            groups.append([0, 0.0, 0, [], set()])
             return len(groups) - 1
 
         for position in sorted(self._fusible, reverse=True):
@@ -250,7 +260,12 @@ class Fusions:
                 groups[fusion][1] += cost
                 groups[fusion][2] += indexing
                 groups[fusion][3].append(self._signature[position])
-        return [[*group[:3], hash(tuple(sorted(map(repr, group[3]))))]
+        for position, targets in fusion_of.items():
+            for array in self._arrays_read.get(position, ()):
+                outside = targets - fusion_of.get(array, set())
+                for fusion in outside:
+                    groups[fusion][4].add(array)
+        return [[*group[:3], hash(tuple(sorted(map(repr, group[3])))), len(group[4])]
                 for group in groups if group[0]]
 
 
