@@ -435,6 +435,27 @@ def test_running_sum_over_a_broadcast_is_recomputed_in_every_later_fusion():
     assert binary["fusion_cost_squares"] == 4
 
 
+def _sine_chain(addend):
+    def f(x, *rest):
+        for i in range(10):
+            x = jnp.sin(x) + addend(i, *rest)
+        return x
+    return f
+
+
+def test_a_fusion_weighs_its_cost_by_the_arrays_it_reads_from_outside():
+    # XLA:CPU compiles one fusion in time growing with its size times its inputs
+    # (`bench/fusion_shapes.py`): each chain below is one fusion of cost 10 * (4 + 1)
+    one = F.extract(_sine_chain(lambda i: 1.0), X)
+    assert one["fusion_groups"] == 1 and one["fusion_cost_inputs"] == one["fusion_cost_squares"] ** 0.5
+    separate = F.extract(_sine_chain(lambda i, *ws: ws[i]), X, *[X] * 10)
+    assert separate["fusion_groups"] == 1
+    assert separate["fusion_cost_inputs"] == 50 * 11  # x and the ten addends
+    # the addends as rows of one array: ten fused slices (cost 1 each) of one input
+    rows = F.extract(_sine_chain(lambda i, w: w[i]), X, jnp.ones((10, *X.shape)))
+    assert rows["fusion_cost_inputs"] == 60 * 2
+
+
 def test_index_changing_ops_are_counted_per_fusion():
     # two strided slices and a concatenate, fused with the add and its broadcast
     feats = F.extract(lambda x: jnp.concatenate([x[::2], x[1::2]]) + 1.0, VEC)
