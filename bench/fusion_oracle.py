@@ -3,6 +3,7 @@ emulator made exactly XLA's fusions? An upper bound for work on the emulator.
 
     python bench/fusion_sizes_vs_xla.py dump --dump /tmp/fusion-sizes --outside
     python bench/fusion_oracle.py --dump /tmp/fusion-sizes [--json bench/results/fusion_oracle.json]
+    python bench/fusion_oracle.py --ratios bench/results/fusion_oracle.json [--json ...]
 
 For each outside-libraries program in the dump, the fusion features of its stored model
 inputs are scaled by XLA's over the emulator's (both counted the same way from the dumped
@@ -48,7 +49,7 @@ def xla_over_emulated(folder: Path) -> dict[str, dict[str, float]]:
         xla = xla_fusions(meta.with_suffix(".hlo").read_text())
         ours = emulated_fusions(meta.with_suffix(".mlir").read_text())
         xla_counts = _counts([(ops, cost, kernel) for ops, cost, kernel in xla])
-        our_counts = _counts([(ops, cost, kernel) for ops, cost, _, kernel in ours])
+        our_counts = _counts([(ops, cost, kernel) for ops, cost, _, kernel, _ in ours])
         ratio = {name: (xla_counts[name] + 1) / (our_counts[name] + 1) for name in xla_counts}
         # the model reads the mean size: the total's ratio over the count's
         ratio["fused_ops"] /= ratio["fusions"]
@@ -95,11 +96,18 @@ def summary(errors: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dump", type=Path, required=True,
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--dump", type=Path,
                         help="folder of `fusion_sizes_vs_xla.py dump --outside`")
+    source.add_argument("--ratios", type=Path,
+                        help="a stored result of this bench: score the shipped model on its "
+                             "ratios again, compiling nothing")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    ratios = xla_over_emulated(args.dump)
+    if args.ratios:
+        ratios = json.loads(args.ratios.read_text())["xla_over_emulated"]
+    else:
+        ratios = xla_over_emulated(args.dump)
     if not ratios:
         raise SystemExit(f"{args.dump}: no outside program dumped (dump with --outside)")
     model = load_default("cpu")

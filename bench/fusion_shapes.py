@@ -13,7 +13,8 @@ loop fusion in XLA's module, built at 128 to 1024 terms:
 They compile interleaved in one process with the reference program (`_compile_timing`).
 Each line prints the median seconds per size, the growth exponent between the two largest
 sizes, XLA's fusion count, and the shipped CPU model's prediction with the emulated
-`fusion_cost_squares` it rests on.
+`fusion_cost_squares` (the stored run's predictions are the schema-16 model's, whose
+baseline rested on that term; since schema 17 it reads `fusion_cost_inputs`).
 
     python bench/fusion_shapes.py [--rounds 3] [--json bench/results/fusion_shapes.json]
 """
@@ -28,6 +29,7 @@ from _compile_timing import medians, rounds_command, with_reference
 from scalar_fusions import wide_sum
 
 import costmodel
+from costmodel.models import load_default
 
 SIZES = (128, 256, 512, 1024)
 SHAPE = (64,)
@@ -97,7 +99,7 @@ def run(rounds: int) -> dict:
     times = with_reference(builds, rounds)
     seconds = medians(times)
     report = {"rounds": rounds, "sizes": SIZES, "shape": SHAPE, "times_s": times,
-              "median_s": seconds, "fusions": {}}
+              "median_s": seconds, "model": load_default("cpu").version, "fusions": {}}
     for kind, build in FUSIONS.items():
         entry = {"xla_fusions": [], "predicted_s": [], "fusion_cost_squares": []}
         for terms in SIZES:

@@ -171,9 +171,10 @@ def test_the_unrolled_loop_is_blamed_first_by_its_line():
     regions = costmodel.blame(hidden_loop, X, W).regions
     top = regions[0]
     assert top.source == _line(hidden_loop, "jnp.tanh(x @ w)")
-    # 69% (schema 15: its 300 steps are the same few kernels, which XLA:CPU compiles once;
-    # the fixed cost of any compile is 18%), every other line under 2%
-    assert top.name == "hidden_loop" and top.share > 0.6
+    # 59% (schema 17; 69% with schema 15-16's squared fusion costs: its 300 steps are the
+    # same few kernels, which XLA:CPU compiles once, and the fixed cost of any compile is
+    # most of the rest), every other line under 2%
+    assert top.name == "hidden_loop" and top.share > 0.55
     assert all(r.share < 0.02 for r in regions[1:] if r.source.startswith("test_blame.py"))
     assert top.ops >= 300 * 4
 

@@ -168,10 +168,12 @@ def test_each_backend_fits_its_own_size_terms_and_overrides_keep_the_rest():
     cpu = train(cpu_rows, "cpu", "", **FAST)
     gpu = train(gpu_rows, "gpu", "h100", **FAST)
     assert cpu.added_["compile_seconds"] == ADDED_TERMS["compile_seconds"]
-    assert "fusion_cost_squares" in cpu.added_["compile_seconds"]
+    assert "fusion_cost_inputs" in cpu.added_["compile_seconds"]
+    assert "fusion_cost_squares" not in cpu.added_["compile_seconds"]
     assert gpu.added_["compile_seconds"] == BACKEND_TERMS["gpu"]["added_terms"]["compile_seconds"]
     assert gpu.terms_["compile_seconds"] == ("hlo_ops_inlined", "fanout_squares")
-    assert gpu.tree_exclude == BACKEND_TERMS["gpu"]["tree_exclude"] and cpu.tree_exclude == ()
+    assert gpu.tree_exclude == BACKEND_TERMS["gpu"]["tree_exclude"]
+    assert cpu.tree_exclude == ("fusion_cost_inputs",)
     # naming one target's terms leaves the other targets on their defaults
     plain = train(cpu_rows, "cpu", "", baseline_terms={"compile_seconds": ()}, **FAST)
     assert plain.terms_["compile_seconds"] == ()

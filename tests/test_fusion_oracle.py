@@ -42,16 +42,17 @@ def test_the_stored_scores_are_the_shipped_model_on_the_stored_ratios(oracle, re
                                                       abs=1e-9)
 
 
-def test_xla_squared_fusion_costs_alone_carry_most_of_the_gain(oracle, results):
-    """With XLA's fusions the 138 programs' error drops from 0.264 to 0.216; XLA's summed
-    squared fusion costs alone take it to 0.232 without biasing it, the fusion and fused-op
-    counts alone change nothing."""
+def test_with_the_schema_17_model_xla_counts_gain_less_and_squares_none(oracle, results):
+    """With XLA's fusions the 138 programs' error drops from 0.243 to 0.221 (the schema-16
+    model, whose baseline grew with the squared fusion costs: 0.264 to 0.216, 0.232 with
+    XLA's squares alone). The schema-17 baseline reads each fusion's cost times its inputs
+    instead, so XLA's squares alone change nothing; XLA's distinct kernels carry most of
+    what is left."""
     scores = STORED["scores"]
-    assert scores["emulated"]["mean_abs_log"] == pytest.approx(0.264, abs=0.001)
-    assert scores["all XLA"]["mean_abs_log"] == pytest.approx(0.216, abs=0.001)
-    assert scores["XLA squares"]["mean_abs_log"] == pytest.approx(0.232, abs=0.001)
-    assert abs(scores["XLA squares"]["mean_log"]) < 0.01
-    for alone in ("XLA fusions", "XLA fused_ops", "XLA largest"):
+    assert scores["emulated"]["mean_abs_log"] == pytest.approx(0.243, abs=0.001)
+    assert scores["all XLA"]["mean_abs_log"] == pytest.approx(0.221, abs=0.001)
+    assert scores["XLA distinct"]["mean_abs_log"] == pytest.approx(0.224, abs=0.001)
+    for alone in ("XLA squares", "XLA fusions", "XLA fused_ops", "XLA largest"):
         assert abs(scores[alone]["mean_abs_log"] - scores["emulated"]["mean_abs_log"]) < 0.003
 
 

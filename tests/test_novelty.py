@@ -157,7 +157,7 @@ def test_a_prediction_reports_its_distance_and_far_programs_get_wider_intervals(
     near = costmodel.predict(loop, jnp.ones((8, 64)), jnp.ones((64, 64)))
     far = costmodel.predict(odd, jnp.ones((4096,), jnp.complex64))
     assert near.distance_from_training == pytest.approx(1.19, abs=0.01)
-    assert far.distance_from_training == pytest.approx(9.32, abs=0.01)
+    assert far.distance_from_training == pytest.approx(9.34, abs=0.01)  # 9.32 at schema 16
     assert far.to_dict()["distance_from_training"] == far.distance_from_training
     shipped = load_default("cpu").predictor
     unwidened = replace(shipped, widenings={})
