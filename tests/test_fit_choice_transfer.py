@@ -37,48 +37,49 @@ def test_the_grid_holds_the_shipped_setting_and_scores_it_as_the_shipped_model(b
     record = shipped_record(bench)
     for name, entry in scores["benches"].items():
         assert record["benches"][name] == pytest.approx(entry["mean_abs_log"], abs=1e-3)
-    assert record["all_benches"]["compile_seconds"] == pytest.approx(0.260, abs=0.001)
+    assert record["all_benches"]["compile_seconds"] == pytest.approx(0.242, abs=0.001)
 
 
-def test_the_library_held_out_score_does_not_rank_the_settings_for_other_libraries(bench):
-    """The finding: over 54 settings, the library-held-out error of compile time ranges
-    0.198-0.214 and the stored benches' 0.250-0.279, and the two do not rank the settings
-    alike (|Spearman| under 0.2); the benches of the corpus's own libraries agree with it
-    more (library and unseen programs) than the outside-libraries runs do."""
+def test_the_library_held_out_score_barely_ranks_the_settings_for_other_libraries(bench):
+    """Over 54 settings (schema 17), the library-held-out error of compile time ranges
+    0.189-0.209 and the stored benches' 0.231-0.257, and the two rank the settings only a
+    little alike (Spearman +0.26; schema 16: +0.03, when the benches of the corpus's own
+    libraries agreed with it more than the outside runs did; now they do not)."""
     records = STORED["settings"]
     held = [r["library_held_out"]["compile_seconds"] for r in records]
     benches = [r["all_benches"]["compile_seconds"] for r in records]
     rho = metrics.spearman(held, benches)
     assert rho == pytest.approx(STORED["correlation"]["all_benches_compile_seconds"])
-    assert abs(rho) < 0.2
-    assert 0.19 < min(held) and max(held) < 0.22 and 0.24 < min(benches) and max(benches) < 0.29
+    assert 0.2 < rho < 0.3
+    assert 0.185 < min(held) and max(held) < 0.21 and 0.23 < min(benches) and max(benches) < 0.26
     corpus_libraries = np.mean([STORED["correlation"][b]
                                 for b in ("library_programs", "unseen_programs")])
     outside = np.mean([STORED["correlation"][b] for b in STORED["correlation"]
                        if b.startswith("outside_libraries")])
-    assert corpus_libraries > outside + 0.2
+    assert corpus_libraries < outside
 
 
 def test_the_best_held_out_setting_is_no_better_on_the_benches(bench):
     """Choosing the setting with the lowest library-held-out error would not have improved
-    the benches over the shipped setting."""
+    the benches over the shipped setting (0.249 against 0.242)."""
     best = min(STORED["settings"], key=lambda r: r["library_held_out"]["compile_seconds"])
     shipped = shipped_record(bench)
     assert best["library_held_out"]["compile_seconds"] < shipped["library_held_out"]["compile_seconds"]
     assert best["all_benches"]["compile_seconds"] >= shipped["all_benches"]["compile_seconds"]
 
 
-def test_the_setting_the_benches_score_best_is_one_lucky_fit(bench):
-    """The benches' best setting (0.250 against the shipped 0.260) refitted six times with
-    31 random real rows left out scores as the shipped setting does under the same draws:
-    the two ranges overlap and their means differ by under 0.005."""
+def test_the_setting_the_benches_score_best_stays_a_little_better_under_noise(bench):
+    """The benches' best setting (leaves of 20 rows and 50 rounds in place of 10 and 100:
+    0.231 against the shipped 0.242) refitted six times with 31 random real rows left out scores 0.225-0.239
+    (mean 0.232), the shipped setting 0.231-0.248 (mean 0.240): the ranges overlap, and the
+    gap holds on average. Schema 16: 0.250 against 0.260 on all rows, but a mean gap under
+    0.005 over the draws (one lucky fit). A lead, not shipped: it was chosen on the benches."""
     noise = STORED["noise"]
     best = min(STORED["settings"], key=lambda r: r["all_benches"]["compile_seconds"])
     assert noise["best_on_benches"] == best["setting"] != bench.SHIPPED
-    assert best["all_benches"]["compile_seconds"] < 0.252
+    assert best["all_benches"]["compile_seconds"] < 0.232
     assert noise["rows_left_out"] == 31 and len(noise["draws"]) == 6
     shipped = [d["shipped"]["compile_seconds"] for d in noise["draws"]]
     lucky = [d["best_on_benches"]["compile_seconds"] for d in noise["draws"]]
     assert min(lucky) <= max(shipped) and min(shipped) <= max(lucky)
-    assert abs(np.mean(lucky) - np.mean(shipped)) < 0.005
-    assert np.mean(lucky) > best["all_benches"]["compile_seconds"] + 0.008
+    assert 0.005 < np.mean(shipped) - np.mean(lucky) < 0.012
