@@ -109,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         ratios = xla_over_emulated(args.dump)
     if not ratios:
-        raise SystemExit(f"{args.dump}: no outside program dumped (dump with --outside)")
+        raise SystemExit(f"{args.dump or args.ratios}: no outside program's ratios "
+                         "(dump with --outside)")
     model = load_default("cpu")
     results = current_results(ROOT / "bench/results", "cpu")
     variants = {"emulated": (), "all XLA": tuple(SCALED_INPUTS),

@@ -80,7 +80,7 @@ def xla_fusions(text: str) -> list[tuple[int, float, tuple]]:
     its ops, their summed cost weights as the emulator weighs a fused op (`fusion_weight`:
     transcendental math 4, 64-bit and complex math doubled, an op on scalars nothing), and
     its sorted (op, type, shape) list, equal for fusions that compile to the same kernel."""
-    from costmodel.features.categories import EXPENSIVE_HLO
+    from costmodel.features.stablehlo.fusion import op_weight
 
     line_parts = re.compile(r"= (\w+)\[([\d,]*)\]\S* ([\w-]+)\(")
     fusions = []
@@ -92,8 +92,7 @@ def xla_fusions(text: str) -> list[tuple[int, float, tuple]]:
                 continue
             dtype, dims, name = found.groups()
             name = name.replace("-", "_")
-            weight = (4.0 if name in EXPENSIVE_HLO else 1.0) \
-                * (2.0 if dtype in ("f64", "c128") else 1.0) * (2.0 if dtype[0] == "c" else 1.0)
+            weight = op_weight(name, wide=dtype in ("f64", "c128"), complex_=dtype[0] == "c")
             ops += 1
             cost += weight if dims else 0.0
             kernel.append((name, dtype, dims))

@@ -283,10 +283,15 @@ def fusion_weight(name: str, infos: list, op=None, xla_cpu: bool = True,
     if xla_cpu and op is not None and leaves_no_instruction(name, op, infos, decode):
         return 0.0
     dtype = infos[0].dtype if infos and infos[0] is not None else ""
-    # transcendental ops expand to tens of instructions; 64-bit and complex math doubles
+    return op_weight(name, wide=dtype in ("f64", "complex<f64>"),
+                     complex_=dtype.startswith("complex"))
+
+
+def op_weight(name: str, wide: bool, complex_: bool) -> float:
+    """A fused op's cost by its kind and element type: transcendental ops expand to tens
+    of instructions; 64-bit (`wide`) and complex math each double it."""
     weight = 4.0 if name in EXPENSIVE_HLO else 1.0
-    return weight * (2.0 if dtype in ("f64", "complex<f64>") else 1.0) \
-        * (2.0 if dtype.startswith("complex") else 1.0)
+    return weight * (2.0 if wide else 1.0) * (2.0 if complex_ else 1.0)
 
 
 def leaves_no_instruction(name: str, op, infos: list, decode=tensor) -> bool:
