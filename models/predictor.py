@@ -9,6 +9,7 @@ runs code and does not depend on scikit-learn's version.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -30,10 +31,11 @@ TARGETS = ("compile_seconds", "peak_rss_bytes", "executable_memory_bytes")
 LOG_OFFSETS = {"compile_seconds": 0.0, "peak_rss_bytes": float(2**20),
                "executable_memory_bytes": float(2**10)}
 # Format 2 added the training rows' `novelty` and the compile-time interval's `widening`,
-# format 3 a widening per target (`widenings`); format 1 files (the widening, if any, was
-# multiplied into the interval offsets) and format 2 files still load.
-FORMAT = 3
-READABLE_FORMATS = (1, 2, 3)
+# format 3 a widening per target (`widenings`), format 4 a target's `anchor`; format 1
+# files (the widening, if any, was multiplied into the interval offsets) and formats 2 and
+# 3 still load.
+FORMAT = 4
+READABLE_FORMATS = (1, 2, 3, 4)
 _EPS = 1e-12
 
 
@@ -56,11 +58,31 @@ class Bands:
     hi: np.ndarray
 
 
+@dataclass(frozen=True)
+class Anchor:
+    """A ceiling on a target's log prediction drawn from another target's: where `z` lies
+    above the line `slope * z_source + intercept`, it moves `weight` of the way down to it.
+    Host memory of a compile follows its compile time (real programs of 10 s or more: 26-62
+    MB per compile second, 10th to 90th percentile), while a memory model that reads op
+    counts and op mix alone has no such bound; below the line small programs' memory is
+    set by other things (a floor of allocator pages), so it is left alone there."""
+
+    source: str
+    weight: float
+    slope: float
+    intercept: float
+
+    def pull(self, z: np.ndarray, z_source: np.ndarray) -> np.ndarray:
+        line = self.slope * z_source + self.intercept
+        return np.where(z > line, (1.0 - self.weight) * z + self.weight * line, z)
+
+
 @dataclass(frozen=True, eq=False)
 class TargetModel:
     """One target's fitted parts: the baseline (`form`, its size `terms` and `added`
-    terms, `coef`), the trees on its residual, and the interval's log offsets (one pair
-    for all sizes, or `bands` by size)."""
+    terms, `coef`), the trees on its residual, the interval's log offsets (one pair for
+    all sizes, or `bands` by size, around the anchored prediction), and an `anchor`, if
+    any, pulling the prediction toward another target's."""
 
     form: str
     terms: tuple[str, ...]
@@ -71,6 +93,7 @@ class TargetModel:
     hi: float = np.inf
     bands: Bands | None = None
     oof_residual_mad: float | None = None
+    anchor: Anchor | None = None
 
     def parts(self, table: Table, tree_columns: Sequence[int] | None
               ) -> tuple[np.ndarray, np.ndarray]:
@@ -141,8 +164,10 @@ class Predictor:
 
     def _log_points(self, table: Table) -> dict[str, np.ndarray]:
         columns = self.tree_columns(table)
-        return {target: np.add(*fitted.parts(table, columns))
-                for target, fitted in self.targets.items()}
+        points = {target: np.add(*fitted.parts(table, columns))
+                  for target, fitted in self.targets.items()}
+        return {target: z if (anchor := self.targets[target].anchor) is None
+                else anchor.pull(z, points[anchor.source]) for target, z in points.items()}
 
     def part_shares(self, X) -> dict[str, np.ndarray] | None:
         """Each part's predicted share of the compile (`phase_shares.PARTS`), per row of
@@ -206,7 +231,9 @@ class Predictor:
                                  "added": list(fitted.added),
                                  "forest": fitted.forest is not None,
                                  "bands": fitted.bands is not None,
-                                 "oof_residual_mad": fitted.oof_residual_mad}
+                                 "oof_residual_mad": fitted.oof_residual_mad,
+                                 "anchor": None if fitted.anchor is None
+                                 else dataclasses.asdict(fitted.anchor)}
         if self.phase_shares is not None:
             arrays["phase_shares.coef"] = np.asarray(self.phase_shares.coef, float)
         if self.novelty is not None:
@@ -248,7 +275,8 @@ class Predictor:
                 form=described["form"], terms=tuple(described["terms"]),
                 added=tuple(described["added"]), coef=part("coef"), forest=forest,
                 lo=float(lo), hi=float(hi), bands=bands,
-                oof_residual_mad=described.get("oof_residual_mad"))
+                oof_residual_mad=described.get("oof_residual_mad"),
+                anchor=Anchor(**described["anchor"]) if described.get("anchor") else None)
         shares = meta.get("phase_shares")
         return cls(feature_names=tuple(meta["feature_names"]), targets=targets,
                    tree_exclude=tuple(meta["tree_exclude"]),

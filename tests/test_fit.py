@@ -272,3 +272,72 @@ def test_real_programs_residuals_alone_set_the_intervals_where_there_are_enough(
     # with too few real residuals, every row's residual counts again
     few = rows[~real | (np.cumsum(real) <= MIN_INTERVAL_RESIDUALS - 20)]
     assert width(few) > 2.2
+
+
+def _anchor_inputs(rng, n: int, relation: float):
+    """Modelled labels and out-of-fold predictions for a source target predicted within
+    0.1 and a target that follows it as `relation` (1: exactly 0.9 * source + 2, 0: not at
+    all) but whose own prediction errs by 0.6 (log scale)."""
+    z_source = rng.uniform(-3, 3, n)
+    z = relation * (0.9 * z_source + 2.0) + (1 - relation) * rng.uniform(-3, 3, n)
+    return (z_source, z, z_source + rng.normal(0, 0.1, n), z + rng.normal(0, 0.6, n))
+
+
+def test_a_target_that_follows_another_is_pulled_toward_its_line():
+    from costmodel.models.predictor import TargetModel
+
+    rng = np.random.default_rng(6)
+    z_source, z, predicted_source, predicted = _anchor_inputs(rng, 400, relation=1.0)
+    plain = TargetModel(form="overhead", terms=(), added=(), coef=np.zeros(1), lo=-1.0, hi=1.0)
+    model = CompileCostModel(**FAST)
+    anchored = model._anchored(plain, "compile_seconds", z_source, z, predicted_source,
+                               predicted, np.ones(400, bool))
+    anchor = anchored.anchor
+    assert anchor.slope == pytest.approx(0.9, abs=1e-6)
+    assert anchor.intercept == pytest.approx(2.0, abs=1e-6)
+    # the line errs by 0.09 where the target's own prediction errs by 0.6: nearly all line
+    assert anchor.weight >= 0.9
+    # intervals come from the pulled predictions' residuals: 90% of N(0, 0.1 * 0.9) and a
+    # little of the 0.6 spans about +-0.15, not the +-1 it had
+    assert -0.3 < anchored.lo < -0.1 and 0.1 < anchored.hi < 0.3
+    pulled = anchor.pull(predicted, predicted_source)
+    assert np.mean(np.abs(z - pulled)) < 0.25 * np.mean(np.abs(z - predicted))
+
+
+def test_a_target_unrelated_to_another_is_left_as_it_was():
+    from costmodel.models.predictor import TargetModel
+
+    rng = np.random.default_rng(7)
+    z_source, z, predicted_source, predicted = _anchor_inputs(rng, 400, relation=0.0)
+    predicted = z + rng.normal(0, 0.05, 400)  # its own prediction is good
+    plain = TargetModel(form="overhead", terms=(), added=(), coef=np.zeros(1), lo=-1.0, hi=1.0)
+    anchored = CompileCostModel(**FAST)._anchored(
+        plain, "compile_seconds", z_source, z, predicted_source, predicted, np.ones(400, bool))
+    assert anchored is plain
+
+
+def test_an_anchored_model_predicts_the_pulled_value_and_saves_it(tmp_path):
+    from conftest import make_rows
+
+    from costmodel.models.predictor import Anchor, Predictor
+
+    rng = np.random.default_rng(8)
+    rows = make_rows(rng.uniform(100, 2000, 200))
+    plain = train(rows, "cpu", "", anchors={}, **FAST).predictor
+    assert plain.targets["peak_rss_bytes"].anchor is None
+    anchor = Anchor(source="compile_seconds", weight=0.5, slope=0.5, intercept=1.0)
+    from dataclasses import replace
+
+    anchored = replace(plain, targets={**plain.targets, "peak_rss_bytes": replace(
+        plain.targets["peak_rss_bytes"], anchor=anchor)})
+    probe = features_frame(rows.iloc[:5])
+    logs = plain.predict_log(probe)
+    expected = 0.5 * logs["peak_rss_bytes"] + 0.5 * (0.5 * logs["compile_seconds"] + 1.0)
+    assert anchored.predict_log(probe)["peak_rss_bytes"] == pytest.approx(expected)
+    # other targets are not touched
+    assert anchored.predict_log(probe)["compile_seconds"] == pytest.approx(logs["compile_seconds"])
+    with open(tmp_path / "m.npz", "wb") as handle:
+        anchored.save(handle)
+    loaded = Predictor.load(tmp_path / "m.npz")
+    assert loaded.targets["peak_rss_bytes"].anchor == anchor
+    assert loaded.predict_log(probe)["peak_rss_bytes"] == pytest.approx(expected)

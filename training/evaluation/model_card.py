@@ -138,6 +138,22 @@ def _terms(backend: str, kind: str, defaults: dict, target: str = "compile_secon
     return {**defaults, **model_params(backend).get(kind, {})}.get(target, ())
 
 
+def _anchor_words(artifact) -> str:
+    """A sentence per target whose prediction has a ceiling from another's (`Anchor`)."""
+    if artifact is None:
+        return ""
+    words = ""
+    for target, fitted in artifact.predictor.targets.items():
+        anchor = fitted.anchor
+        if anchor is not None:
+            words += (f" {target} has a ceiling from {anchor.source}: where its log prediction "
+                      f"lies above {anchor.slope:.3f} x log {anchor.source} + "
+                      f"{anchor.intercept:.2f} (a line fitted to the real programs' labels), it "
+                      f"moves {anchor.weight:.2f} of the way down to it (the weight whose "
+                      f"out-of-fold predictions err least); intervals are set around that.")
+    return words
+
+
 def write_card(path: Path, manifest: dict, report: dict, rows: pd.DataFrame,
                figures: Sequence[Path], artifact=None, outside_results: Path | None = None
                ) -> Path:
@@ -170,7 +186,7 @@ def write_card(path: Path, manifest: dict, report: dict, rows: pd.DataFrame,
             "machine. Intervals are split-conformal on out-of-fold residuals with whole "
             "families (real programs: whole libraries) held out, per tercile of predicted "
             "size; where the data holds enough real programs, their residuals alone set "
-            "the intervals.", "",
+            "the intervals." + _anchor_words(artifact), "",
             "## Data", "",
             f"- {len(rows)} measured compiles (status ok), {len(counts)} families, "
             f"fingerprint `{manifest['training_data']['fingerprint']}`",

@@ -31,6 +31,7 @@ from costmodel.models.novelty import Novelty
 from costmodel.models.predictor import (
     LOG_OFFSETS,
     TARGETS,
+    Anchor,
     Bands,
     Predictor,
     TargetModel,
@@ -133,6 +134,21 @@ BACKEND_TERMS = {"gpu": {
                                         "fold_dot_flops", "fusion_distinct")},
     "tree_exclude": ("sequence_kernels_max", "sequence_kernel_squares", "fusion_cost_inputs"),
 }, "cpu": {"tree_exclude": ("fusion_cost_inputs",)}}
+# Targets whose prediction has a ceiling drawn from another target's (`Anchor`), moved
+# down toward it by the weight that best predicts the out-of-fold rows (`ANCHOR_WEIGHTS`;
+# 0 leaves the target as it was). Host memory follows compile time: real programs of 10 s
+# or more use 26-62 MB per compile second (10th to 90th percentile), yet the memory model
+# alone, whose trees read the op mix, predicted 1.5-3.5 GB for bench programs of 20-30 s
+# that used 0.5-1.4 GB. CPU, schema 17, over the 184 stored bench programs of libraries in
+# no corpus (`bench/memory_anchor.py`, fits only; three draws leave 31 random real rows
+# out): host memory's mean |log error| 0.322 -> 0.287 (draws 0.327 -> 0.293, 0.329 ->
+# 0.294, 0.316 -> 0.307), on those of 10-100 s 0.606 -> 0.400; fitted weight 0.85 (draws
+# 0.7-0.9). Pulled toward the line from below too it was worse than none (0.361): small
+# programs' memory sits above a line fitted through all sizes.
+ANCHORS = {"peak_rss_bytes": "compile_seconds"}
+ANCHOR_WEIGHTS = np.round(np.linspace(0.0, 1.0, 21), 2)
+
+
 class CompileCostModel:
     """Predicts compile seconds, peak host-RSS growth and executable bytes, with intervals.
 
@@ -155,6 +171,8 @@ class CompileCostModel:
             (others keep `ADDED_TERMS`; `BACKEND_TERMS` holds a backend's own).
         residual_model: Fit boosted trees on the baseline's residual (False: baseline only).
         tree_exclude: Features the trees do not read (`BACKEND_TERMS` holds a backend's own).
+        anchors: Target -> the target whose prediction it is pulled toward (defaults:
+            `ANCHORS`; `{}`: none).
         max_iter, learning_rate, max_leaf_nodes, min_samples_leaf, l2_regularization:
             Passed to `HistGradientBoostingRegressor`.
         n_threads: OpenMP and BLAS threads while fitting; on small data one is as
@@ -173,6 +191,7 @@ class CompileCostModel:
                  added_terms: Mapping[str, Sequence[str]] | None = None,
                  residual_model: bool = True,
                  tree_exclude: Sequence[str] = (),
+                 anchors: Mapping[str, str] | None = None,
                  max_iter: int = 100,
                  learning_rate: float = 0.1,
                  max_leaf_nodes: int = 15, min_samples_leaf: int = 10,
@@ -186,6 +205,7 @@ class CompileCostModel:
         self.added_terms = added_terms
         self.residual_model = residual_model
         self.tree_exclude = tuple(tree_exclude)
+        self.anchors = anchors
         self.max_iter = max_iter
         self.learning_rate = learning_rate
         self.max_leaf_nodes = max_leaf_nodes
@@ -249,6 +269,9 @@ class CompileCostModel:
         self.forms_ = {t: {**BASELINE_FORMS, **(self.baseline or {})}[t] for t in y}
         self.reference_power_ = 0.0
         fitted: dict[str, TargetModel] = {}
+        # each target's modelled label and out-of-fold prediction, NaN where it has none
+        modelled = {t: np.full(len(table), np.nan) for t in y}
+        out_of_fold = {t: np.full(len(table), np.nan) for t in y}
         for target, values in y.items():
             values = np.asarray(values, float)
             keep = np.isfinite(values) & (values >= 0)
@@ -262,9 +285,16 @@ class CompileCostModel:
                 self.reference_power_ = self._drift_power(
                     rows, z, drift[keep], None if groups is None else groups[keep])
                 z = z - self.reference_power_ * drift[keep]
-            fitted[target] = self._fit_target(
+            fitted[target], out_of_fold[target][keep] = self._fit_target(
                 target, rows, z, None if groups is None else groups[keep], weight[keep],
                 calibrating[keep])
+            modelled[target][keep] = z
+        anchors = ANCHORS if self.anchors is None else self.anchors
+        for target, source in anchors.items():
+            if target in fitted and source in fitted:
+                fitted[target] = self._anchored(fitted[target], source, modelled[source],
+                                                modelled[target], out_of_fold[source],
+                                                out_of_fold[target], calibrating)
         self.targets_ = tuple(y)
         self.predictor_ = Predictor(
             feature_names=tuple(self.feature_names_in_), targets=fitted,
@@ -305,7 +335,9 @@ class CompileCostModel:
 
     def _fit_target(self, target: str, X: Table, z: np.ndarray,
                     groups: np.ndarray | None, weight: np.ndarray,
-                    calibrating: np.ndarray) -> TargetModel:
+                    calibrating: np.ndarray) -> tuple[TargetModel, np.ndarray]:
+        """The target's model, intervals from out-of-fold residuals, and each row's
+        out-of-fold prediction (NaN for rows no fold held out)."""
         fitted = self._fit_parts(target, X, z, groups, weight)
         base, trees = np.full(len(z), np.nan), np.zeros(len(z))
         for train, test in self._folds(len(z), groups):
@@ -315,12 +347,33 @@ class CompileCostModel:
         seen = np.isfinite(base)
         if np.sum(seen & calibrating) >= MIN_INTERVAL_RESIDUALS:
             seen &= calibrating
-        residual = (z - base - trees)[seen]
-        lo, hi = conformal_bounds(residual, self.coverage)
-        return replace(fitted, lo=lo, hi=hi,
-                       bands=size_bands((base + trees)[seen], residual, self.coverage),
-                       oof_residual_mad=float(np.median(np.abs(residual)))
-                       if len(residual) else None)
+        return with_intervals(fitted, (base + trees)[seen], z[seen], self.coverage), base + trees
+
+    def _anchored(self, fitted: TargetModel, source: str, z_source: np.ndarray,
+                  z: np.ndarray, predicted_source: np.ndarray, predicted: np.ndarray,
+                  calibrating: np.ndarray) -> TargetModel:
+        """`fitted` pulled toward a line in `source`'s modelled label (`Anchor`): the line
+        fitted to the rows' own labels, its weight the one whose out-of-fold predictions
+        err least (mean |log error|), intervals from those predictions' residuals; as it
+        was where no weight beats leaving it alone. Real programs alone decide where there
+        are enough of them, as they alone set intervals."""
+        both = np.isfinite(z_source) & np.isfinite(z)
+        if np.sum(both & calibrating) >= MIN_INTERVAL_RESIDUALS:
+            both &= calibrating
+        seen = both & np.isfinite(predicted_source) & np.isfinite(predicted)
+        if seen.sum() < MIN_INTERVAL_RESIDUALS:
+            return fitted
+        slope, intercept = np.polyfit(z_source[both], z[both], 1)
+        errors = [np.mean(np.abs(z[seen] - Anchor(source, w, slope, intercept).pull(
+            predicted[seen], predicted_source[seen]))) for w in ANCHOR_WEIGHTS]
+        weight = float(ANCHOR_WEIGHTS[int(np.argmin(errors))])
+        if weight == 0.0:
+            return fitted
+        anchor = Anchor(source=source, weight=weight, slope=float(slope),
+                        intercept=float(intercept))
+        return with_intervals(replace(fitted, anchor=anchor),
+                              anchor.pull(predicted[seen], predicted_source[seen]), z[seen],
+                              self.coverage)
 
     def _fit_parts(self, target: str, X: Table, z: np.ndarray,
                    groups: np.ndarray | None, weight: np.ndarray) -> TargetModel:
@@ -383,6 +436,17 @@ MIN_BAND_RESIDUALS = 40
 # Fewest out-of-fold residuals of the `interval_rows` that set the intervals on their own
 # (enough for every size band); with fewer, every row's residual counts.
 MIN_INTERVAL_RESIDUALS = SIZE_BANDS * MIN_BAND_RESIDUALS
+
+
+def with_intervals(fitted: TargetModel, predicted: np.ndarray, z: np.ndarray,
+                   coverage: float) -> TargetModel:
+    """`fitted` with conformal intervals (one pair, and by size band) from out-of-fold
+    predictions `predicted` of labels `z` (log scale)."""
+    residual = z - predicted
+    lo, hi = conformal_bounds(residual, coverage)
+    return replace(fitted, lo=lo, hi=hi, bands=size_bands(predicted, residual, coverage),
+                   oof_residual_mad=float(np.median(np.abs(residual)))
+                   if len(residual) else None)
 
 
 def size_bands(predicted: np.ndarray, residual: np.ndarray, coverage: float) -> Bands | None:
