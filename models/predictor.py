@@ -61,20 +61,22 @@ class Bands:
 @dataclass(frozen=True)
 class Anchor:
     """A ceiling on a target's log prediction drawn from another target's: where `z` lies
-    above the line `slope * z_source + intercept`, it moves `weight` of the way down to it.
+    above `slope * z_source + intercept + margin`, it moves `weight` of the way down to it.
     Host memory of a compile follows its compile time (real programs of 10 s or more: 26-62
     MB per compile second, 10th to 90th percentile), while a memory model that reads op
-    counts and op mix alone has no such bound; below the line small programs' memory is
-    set by other things (a floor of allocator pages), so it is left alone there."""
+    counts and op mix alone has no such bound. The line runs through the middle of the
+    real programs, and some use more memory per second than others, so the ceiling sits
+    `margin` above it; below it a prediction is left alone."""
 
     source: str
     weight: float
     slope: float
     intercept: float
+    margin: float = 0.0
 
     def pull(self, z: np.ndarray, z_source: np.ndarray) -> np.ndarray:
-        line = self.slope * z_source + self.intercept
-        return np.where(z > line, (1.0 - self.weight) * z + self.weight * line, z)
+        ceiling = self.slope * z_source + self.intercept + self.margin
+        return np.where(z > ceiling, (1.0 - self.weight) * z + self.weight * ceiling, z)
 
 
 @dataclass(frozen=True, eq=False)

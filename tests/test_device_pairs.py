@@ -49,7 +49,8 @@ def test_the_h100_model_predicts_deviceless_compiles_not_on_device_ones(report):
     stored = json.loads(RESULT.read_text())
     if report["model"] != stored["model"]:
         pytest.skip(f"figures pinned for {stored['model']}, shipped {report['model']}")
-    # schema 17 (gpu-h100-301d6d76-0cf80a); schema 16: 1.327, 2.46, 0.412
+    # schema 17 (gpu-h100-301d6d76-0cf80a, and -195230 with host memory's ceiling, whose
+    # compile time is the same); schema 16: 1.327, 2.46, 0.412
     assert report["model_vs_deviceless_there"]["median_fold"] == pytest.approx(1.271, abs=0.01)
     assert report["model_vs_device"]["median_fold"] == pytest.approx(2.41, abs=0.02)
     assert report["model_vs_device"]["measured_over_predicted"] == pytest.approx(0.430, abs=0.01)

@@ -277,13 +277,13 @@ def test_real_programs_residuals_alone_set_the_intervals_where_there_are_enough(
 def _anchor_inputs(rng, n: int, relation: float):
     """Modelled labels and out-of-fold predictions for a source target predicted within
     0.1 and a target that follows it as `relation` (1: exactly 0.9 * source + 2, 0: not at
-    all) but whose own prediction errs by 0.6 (log scale)."""
+    all) but whose own prediction is too high by up to 1.5 (log scale)."""
     z_source = rng.uniform(-3, 3, n)
     z = relation * (0.9 * z_source + 2.0) + (1 - relation) * rng.uniform(-3, 3, n)
-    return (z_source, z, z_source + rng.normal(0, 0.1, n), z + rng.normal(0, 0.6, n))
+    return (z_source, z, z_source + rng.normal(0, 0.1, n), z + rng.uniform(0, 1.5, n))
 
 
-def test_a_target_that_follows_another_is_pulled_toward_its_line():
+def test_a_target_that_follows_another_gets_a_ceiling_from_it():
     from costmodel.models.predictor import TargetModel
 
     rng = np.random.default_rng(6)
@@ -295,13 +295,15 @@ def test_a_target_that_follows_another_is_pulled_toward_its_line():
     anchor = anchored.anchor
     assert anchor.slope == pytest.approx(0.9, abs=1e-6)
     assert anchor.intercept == pytest.approx(2.0, abs=1e-6)
-    # the line errs by 0.09 where the target's own prediction errs by 0.6: nearly all line
-    assert anchor.weight >= 0.9
-    # intervals come from the pulled predictions' residuals: 90% of N(0, 0.1 * 0.9) and a
-    # little of the 0.6 spans about +-0.15, not the +-1 it had
-    assert -0.3 < anchored.lo < -0.1 and 0.1 < anchored.hi < 0.3
+    # the line errs by 0.09 where the target's own prediction errs by 0.75 on average:
+    # (nearly) all the way down to the line itself
+    assert anchor.weight >= 0.9 and anchor.margin == 0.0
     pulled = anchor.pull(predicted, predicted_source)
-    assert np.mean(np.abs(z - pulled)) < 0.25 * np.mean(np.abs(z - predicted))
+    assert np.mean(np.abs(z - pulled)) < 0.2 * np.mean(np.abs(z - predicted))
+    # intervals come from the pulled predictions' residuals, not the +-1 it had
+    assert -0.5 < anchored.lo < 0 < anchored.hi < 0.3
+    # a prediction below the ceiling is left alone
+    assert anchor.pull(np.array([0.0]), np.array([0.0]))[0] == 0.0
 
 
 def test_a_target_unrelated_to_another_is_left_as_it_was():

@@ -83,11 +83,11 @@ def test_each_committed_result_is_what_its_committed_run_scores(each_report):
             assert scores == pytest.approx(stored[target][kind]), (target, kind)
 
 
-CPU_MODEL = "cpu-9cc05d83-5221b0"
+CPU_MODEL = "cpu-9cc05d83-b65272"
 
 
 def test_the_shipped_model_on_libraries_it_never_saw(report):
-    """The figures the note and README give (model cpu-9cc05d83-5221b0, schema 17: a
+    """The figures the note and README give (model cpu-9cc05d83-b65272, schema 17: a
     fusion's cost times its inputs in place of its squared cost, scalar ops add no fusion
     cost, a cost per distinct kernel, host memory following the fused ops, both intervals
     widened by distance): a median under the op-count power law fitted on these very
@@ -95,7 +95,8 @@ def test_the_shipped_model_on_libraries_it_never_saw(report):
     program past 1.8x (schema 16: 1.82x; schema 14: the largest
     spline flow over-predicted 2.3 times; 2.5 with schema 13, 2.4 with schema 12, 2.8 with
     schema 11, 5.1 with schema 10), intervals that cover 38 of 40 (schema 16: all 40;
-    schema 15: 92.5%), host memory under its power law (1.21 against 1.35). The widenings
+    schema 15: 92.5%), host memory under its power law (1.21 against 1.35, with its
+    ceiling from compile time; 1.213 before it). The widenings
     were fitted on this run, its second pass, the top-end runs and the library and unseen
     benches' programs, so these coverages are not held-out figures
     (`test_interval_widening`)."""
@@ -107,21 +108,21 @@ def test_the_shipped_model_on_libraries_it_never_saw(report):
     assert time["calibrated"]["coverage_90"] == 0.95
     assert time["calibrated"]["max_fold"] == pytest.approx(1.79, abs=0.01)
     memory = report["peak_rss_bytes"]
-    assert memory["model"]["median_fold"] == pytest.approx(1.213, abs=0.005)
+    assert memory["model"]["median_fold"] == pytest.approx(1.208, abs=0.005)
     assert memory["power_law_leave_one_out"]["median_fold"] == pytest.approx(1.35, abs=0.005)
     assert memory["model"]["coverage_90"] == 0.925
 
 
 def test_the_h100_model_on_libraries_it_never_saw(bench):
-    """The deviceless H100 run's figures (model gpu-h100-301d6d76-0cf80a, schema 17): under
+    """The deviceless H100 run's figures (model gpu-h100-301d6d76-195230, schema 17): under
     the power law in median (1.22 against 1.44; schema 16's model: 1.29; schema 15's:
     1.205; schema 14's: 1.364), but the Python-unrolled PPO update compiles 15x longer than
     predicted (229 s deviceless, against 21 s for the CPU). Its compile-time interval covers
-    34 of 40 (schema 16: 35). Host memory is about its power law here (1.33 against 1.28),
-    and its widened interval covers 36 of 40 (77.5% before; fitted on this run and the
-    library and unseen benches' programs, 87.5% with each library held out of the fit)."""
+    34 of 40 (schema 16: 35). Host memory, with its ceiling from compile time (weight
+    0.25), is under its power law here (1.24 against 1.28; 1.33 without the ceiling), and
+    its widened interval covers 39 of 40 (36 without the ceiling)."""
     report = bench.score(RUNS["h100"][0], "h100")
-    if report["model"] != "gpu-h100-301d6d76-0cf80a":
+    if report["model"] != "gpu-h100-301d6d76-195230":
         pytest.skip("figures of the model the run was scored with")
     assert report["programs"] == 40 and report["machine"]["cpu_model"] == "AMD EPYC"
     time = report["compile_seconds"]
@@ -132,9 +133,9 @@ def test_the_h100_model_on_libraries_it_never_saw(bench):
     assert worst["family"] == "outside_gymnax_ppo_update" and worst["measured_s"] > 200
     assert worst["predicted_s"] < 20
     memory = report["peak_rss_bytes"]
-    assert memory["model"]["median_fold"] == pytest.approx(1.326, abs=0.005)
+    assert memory["model"]["median_fold"] == pytest.approx(1.236, abs=0.005)
     assert memory["power_law_leave_one_out"]["median_fold"] == pytest.approx(1.279, abs=0.005)
-    assert memory["model"]["coverage_90"] == 0.9
+    assert memory["model"]["coverage_90"] == 0.975
 
 
 def test_host_memory_repeats_within_a_tenth_between_the_passes():
@@ -170,7 +171,8 @@ def test_a_second_pass_moves_the_headline_by_the_machines_drift(bench, report):
     assert second["calibration_scale"] == pytest.approx(1.18, abs=0.005)
     assert second["compile_seconds"]["calibrated"]["median_fold"] == pytest.approx(1.161, abs=0.005)
     assert second["compile_seconds"]["calibrated"]["coverage_90"] == pytest.approx(1.0)
-    assert second["peak_rss_bytes"]["model"]["coverage_90"] == pytest.approx(0.925)
+    # host memory's intervals: 35 of 40 (37 before its ceiling from compile time)
+    assert second["peak_rss_bytes"]["model"]["coverage_90"] == pytest.approx(0.875)
     assert second["compile_seconds"]["power_law_leave_one_out"]["median_fold"] == \
         pytest.approx(1.32, abs=0.005)
 

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # simulators and RL (brax, mujoco-mjx, craftax, xminigrid, jumanji, flashbax); state-space
 # models, Gaussian processes, nested sampling, interpolation, quadrature and Lie groups
 RUNS = {"b1": ROOT / "bench/data/outside_libraries_b1", "b2": ROOT / "bench/data/outside_libraries_b2"}
-CPU_MODEL = "cpu-9cc05d83-5221b0"
+CPU_MODEL = "cpu-9cc05d83-b65272"
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,10 @@ def test_the_shipped_model_on_the_second_set(reports):
     1.28, 92% within 2x; schema 16: 1.51, 75%); on the numerical libraries it is better
     (1.24 against 1.62, 96% within 2x; schema 16: 1.27). These runs were kept out of the
     interval widening's fit: held-out coverage 24 of 24 and 24 of 25 (schema 16: 20 of 24
-    and 24 of 25). Host memory is about its power law on both."""
+    and 24 of 25). Host memory: on the simulators worse than its power law since its
+    ceiling from compile time (1.35 against 1.18; 1.16 before: their compile time is
+    under-predicted and the ceiling follows it), about the power law on the numerical set
+    (1.35 against 1.34; 1.33 before)."""
     if reports["b1"]["model"] != CPU_MODEL:
         pytest.skip("figures of the model the runs were scored with")
     b1, b2 = (reports[n]["compile_seconds"] for n in RUNS)
@@ -65,7 +68,7 @@ def test_the_shipped_model_on_the_second_set(reports):
     assert b2["power_law_leave_one_out"]["median_fold"] == pytest.approx(1.62, abs=0.01)
     assert b2["calibrated"]["coverage_90"] == pytest.approx(24 / 25)
     memory = [reports[n]["peak_rss_bytes"] for n in RUNS]
-    assert [m["model"]["median_fold"] for m in memory] == pytest.approx([1.16, 1.33], abs=0.01)
+    assert [m["model"]["median_fold"] for m in memory] == pytest.approx([1.35, 1.35], abs=0.01)
     assert [m["power_law_leave_one_out"]["median_fold"] for m in memory] == \
         pytest.approx([1.18, 1.34], abs=0.01)
 
@@ -99,7 +102,7 @@ def test_the_h100_model_on_the_second_set():
 
     bench = bench_module("outside_libraries")
     reports = [bench.score(ROOT / f"bench/data/outside_libraries_{name}_h100", "h100") for name in RUNS]
-    if reports[0]["model"] != "gpu-h100-301d6d76-0cf80a":
+    if reports[0]["model"] != "gpu-h100-301d6d76-195230":
         pytest.skip("figures of the model the runs were scored with")
     assert [r["programs"] for r in reports] == [23, 24]
     time = [r["compile_seconds"] for r in reports]
