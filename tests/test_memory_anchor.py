@@ -57,3 +57,22 @@ def test_the_shipped_model_is_the_anchored_fit(bench):
     for size, entry in scores.items():
         assert entry["mean_abs_log"] == pytest.approx(stored["memory"][size]["mean_abs_log"],
                                                       abs=1e-4), size
+
+
+def test_the_model_card_states_the_ceiling():
+    from dataclasses import replace
+
+    from costmodel.training.evaluation.model_card import _anchor_words
+
+    model = load_default("cpu")
+    words = _anchor_words(model)
+    assert "peak_rss_bytes has a ceiling from compile_seconds" in words
+    assert "0.781 x log compile_seconds + 18.24" in words and "0.85 of the way" in words
+    assert "margin" not in words  # the fit chose none
+    card = (ROOT / "models/default/cpu/MODEL_CARD.md").read_text()
+    assert words.strip() in card
+    memory = model.predictor.targets["peak_rss_bytes"]
+    with_margin = replace(memory, anchor=replace(memory.anchor, margin=0.2))
+    assert "plus a margin of 0.2" in _anchor_words(replace(model, predictor=replace(
+        model.predictor, targets={**model.predictor.targets, "peak_rss_bytes": with_margin})))
+    assert _anchor_words(None) == ""

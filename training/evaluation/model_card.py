@@ -146,11 +146,13 @@ def _anchor_words(artifact) -> str:
     for target, fitted in artifact.predictor.targets.items():
         anchor = fitted.anchor
         if anchor is not None:
+            margin = f", plus a margin of {anchor.margin:.1f}" if anchor.margin else ""
             words += (f" {target} has a ceiling from {anchor.source}: where its log prediction "
                       f"lies above {anchor.slope:.3f} x log {anchor.source} + "
-                      f"{anchor.intercept:.2f} (a line fitted to the real programs' labels), it "
-                      f"moves {anchor.weight:.2f} of the way down to it (the weight whose "
-                      f"out-of-fold predictions err least); intervals are set around that.")
+                      f"{anchor.intercept:.2f} (a line fitted to the real programs' "
+                      f"labels{margin}), it moves {anchor.weight:.2f} of the way down to it "
+                      f"(the weight whose out-of-fold predictions err least); intervals are "
+                      f"set around that.")
     return words
 
 

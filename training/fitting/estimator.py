@@ -176,8 +176,8 @@ class CompileCostModel:
             (others keep `ADDED_TERMS`; `BACKEND_TERMS` holds a backend's own).
         residual_model: Fit boosted trees on the baseline's residual (False: baseline only).
         tree_exclude: Features the trees do not read (`BACKEND_TERMS` holds a backend's own).
-        anchors: Target -> the target whose prediction it is pulled toward (defaults:
-            `ANCHORS`; `{}`: none).
+        anchors: Target -> the target whose prediction gives it a ceiling (`Anchor`;
+            defaults: `ANCHORS`; `{}`: none).
         max_iter, learning_rate, max_leaf_nodes, min_samples_leaf, l2_regularization:
             Passed to `HistGradientBoostingRegressor`.
         n_threads: OpenMP and BLAS threads while fitting; on small data one is as
