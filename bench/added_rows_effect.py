@@ -54,11 +54,12 @@ def extra_rows(spec: str) -> tuple[str, pd.DataFrame]:
     return name, rows
 
 
-def fit(rows: pd.DataFrame, folder: Path):
-    """The shipped recipe fitted on `rows`, its intervals widened as the shipped model's,
-    saved in `folder` and loaded back (benches scale by the artifact's reference time)."""
+def fit(rows: pd.DataFrame, folder: Path, **params):
+    """The shipped recipe (with `params` changed) fitted on `rows`, its intervals widened
+    as the shipped model's, saved in `folder` and loaded back (benches scale by the
+    artifact's reference time)."""
     rows = select_rows(rows, "cpu", "")
-    predictor, widening = with_shipped_widening(train(rows, "cpu", ""), "cpu", "")
+    predictor, widening = with_shipped_widening(train(rows, "cpu", "", **params), "cpu", "")
     save(predictor, folder, backend="cpu", target="", data=rows,
          metrics={"interval_widening": widening}, name=folder.name)
     return load(folder), len(rows)

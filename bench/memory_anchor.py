@@ -19,38 +19,20 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from added_rows_effect import without_random_real_rows  # noqa: E402
+from added_rows_effect import RESULTS, SHIPPED_ROWS, fit, without_random_real_rows  # noqa: E402
 
-from costmodel.models import load  # noqa: E402
-from costmodel.training.evaluation.interval_widening import with_shipped_widening  # noqa: E402
 from costmodel.training.evaluation.outside import (  # noqa: E402
     current_results,
     measures,
     scaled_predictions,
 )
-from costmodel.training.fitting.fit import select_rows, train  # noqa: E402
-from costmodel.training.fitting.publish import save  # noqa: E402
 from costmodel.training.store import dataset  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-SHIPPED_ROWS = ROOT / "training/data/cpu/rows.parquet"
-RESULTS = ROOT / "bench/results"
 # Measured compile seconds of the bins memory is scored by.
 SIZE_BINS = ((0, 1), (1, 3), (3, 10), (10, 100))
 RECIPES = {"anchored": {}, "not anchored": {"anchors": {}}}
-
-
-def fit(rows: pd.DataFrame, folder: Path, **params):
-    """The shipped recipe (with `params` changed) fitted on `rows`, widened as the shipped
-    model is, saved in `folder` and loaded back."""
-    rows = select_rows(rows, "cpu", "")
-    predictor, widening = with_shipped_widening(train(rows, "cpu", "", **params), "cpu", "")
-    save(predictor, folder, backend="cpu", target="", data=rows,
-         metrics={"interval_widening": widening}, name=folder.name)
-    return load(folder)
 
 
 def memory_scores(model, results: dict[str, dict]) -> dict:
@@ -85,7 +67,7 @@ def run(noise: int, draws: int = 3) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         for data_name, rows in datasets.items():
             for recipe, params in RECIPES.items():
-                model = fit(rows, Path(scratch) / "fit", **params)
+                model, _ = fit(rows, Path(scratch) / "fit", **params)
                 anchor = model.predictor.targets["peak_rss_bytes"].anchor
                 entry = {"anchor": None if anchor is None else vars(anchor),
                          "memory": memory_scores(model, results)}

@@ -349,9 +349,7 @@ class CompileCostModel:
             parts = self._fit_parts(target, X.rows(train), z[train],
                                     None if groups is None else groups[train], weight[train])
             base[test], trees[test] = parts.parts(X.rows(test), self._tree_columns(X))
-        seen = np.isfinite(base)
-        if np.sum(seen & calibrating) >= MIN_INTERVAL_RESIDUALS:
-            seen &= calibrating
+        seen = interval_rows(np.isfinite(base), calibrating)
         return with_intervals(fitted, (base + trees)[seen], z[seen], self.coverage), base + trees
 
     def _anchored(self, fitted: TargetModel, source: str, z_source: np.ndarray,
@@ -362,9 +360,7 @@ class CompileCostModel:
         predictions err least (mean |log error|), intervals from those predictions'
         residuals; as it was where no weight beats leaving it alone. Real programs alone
         decide where there are enough of them, as they alone set intervals."""
-        both = np.isfinite(z_source) & np.isfinite(z)
-        if np.sum(both & calibrating) >= MIN_INTERVAL_RESIDUALS:
-            both &= calibrating
+        both = interval_rows(np.isfinite(z_source) & np.isfinite(z), calibrating)
         seen = both & np.isfinite(predicted_source) & np.isfinite(predicted)
         if seen.sum() < MIN_INTERVAL_RESIDUALS:
             return fitted
@@ -441,6 +437,14 @@ MIN_BAND_RESIDUALS = 40
 # Fewest out-of-fold residuals of the `interval_rows` that set the intervals on their own
 # (enough for every size band); with fewer, every row's residual counts.
 MIN_INTERVAL_RESIDUALS = SIZE_BANDS * MIN_BAND_RESIDUALS
+
+
+def interval_rows(rows: np.ndarray, calibrating: np.ndarray) -> np.ndarray:
+    """Of `rows`, the `calibrating` ones where at least `MIN_INTERVAL_RESIDUALS` are, else
+    all of them (real programs alone decide where there are enough of them)."""
+    if np.sum(rows & calibrating) >= MIN_INTERVAL_RESIDUALS:
+        return rows & calibrating
+    return rows
 
 
 def with_intervals(fitted: TargetModel, predicted: np.ndarray, z: np.ndarray,
