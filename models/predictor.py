@@ -31,11 +31,11 @@ TARGETS = ("compile_seconds", "peak_rss_bytes", "executable_memory_bytes")
 LOG_OFFSETS = {"compile_seconds": 0.0, "peak_rss_bytes": float(2**20),
                "executable_memory_bytes": float(2**10)}
 # Format 2 added the training rows' `novelty` and the compile-time interval's `widening`,
-# format 3 a widening per target (`widenings`), format 4 a target's `anchor`; format 1
-# files (the widening, if any, was multiplied into the interval offsets) and formats 2 and
-# 3 still load.
-FORMAT = 4
-READABLE_FORMATS = (1, 2, 3, 4)
+# format 3 a widening per target (`widenings`), format 4 a target's `anchor`, format 5 the
+# bytes an anchor's ceiling holds (`Anchor.held`); format 1 files (the widening, if any,
+# was multiplied into the interval offsets) and formats 2-4 still load.
+FORMAT = 5
+READABLE_FORMATS = (1, 2, 3, 4, 5)
 _EPS = 1e-12
 
 
@@ -47,6 +47,12 @@ def to_log(target: str, values: Sequence[float] | np.ndarray) -> np.ndarray:
 def from_log(target: str, values: np.ndarray) -> np.ndarray:
     """Inverse of `to_log`, clipped at zero."""
     return np.maximum(np.exp(values) - LOG_OFFSETS[target], 0.0)
+
+
+def column_sum(table: Table, names: Sequence[str]) -> np.ndarray:
+    """Each row's sum of the named columns (negative and NaN count as 0)."""
+    counts = [np.nan_to_num(np.maximum(table.column(name), 0.0)) for name in names]
+    return np.sum(counts, axis=0) if counts else np.zeros(len(table))
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,16 +72,27 @@ class Anchor:
     MB per compile second, 10th to 90th percentile), while a memory model that reads op
     counts and op mix alone has no such bound. The line runs through the middle of the
     real programs, and some use more memory per second than others, so the ceiling sits
-    `margin` above it; below it a prediction is left alone."""
+    `margin` above it; below it a prediction is left alone. Bytes a compile must hold
+    whatever its time (the `held` columns: captured constants and what folding them makes)
+    raise the ceiling by `per_held_byte` each: a 28-op program that multiplies two captured
+    tables compiles in 0.4 s and holds 101 MB."""
 
     source: str
     weight: float
     slope: float
     intercept: float
     margin: float = 0.0
+    held: tuple[str, ...] = ()
+    per_held_byte: float = 0.0
 
-    def pull(self, z: np.ndarray, z_source: np.ndarray) -> np.ndarray:
+    def held_bytes(self, table: Table) -> np.ndarray:
+        return column_sum(table, self.held)
+
+    def pull(self, z: np.ndarray, z_source: np.ndarray, held_bytes: np.ndarray | float = 0.0
+             ) -> np.ndarray:
         ceiling = self.slope * z_source + self.intercept + self.margin
+        if self.per_held_byte:
+            ceiling = np.logaddexp(ceiling, np.log(self.per_held_byte * held_bytes + _EPS))
         return np.where(z > ceiling, (1.0 - self.weight) * z + self.weight * ceiling, z)
 
 
@@ -169,7 +186,8 @@ class Predictor:
         points = {target: np.add(*fitted.parts(table, columns))
                   for target, fitted in self.targets.items()}
         return {target: z if (anchor := self.targets[target].anchor) is None
-                else anchor.pull(z, points[anchor.source]) for target, z in points.items()}
+                else anchor.pull(z, points[anchor.source], anchor.held_bytes(table))
+                for target, z in points.items()}
 
     def part_shares(self, X) -> dict[str, np.ndarray] | None:
         """Each part's predicted share of the compile (`phase_shares.PARTS`), per row of
@@ -278,7 +296,7 @@ class Predictor:
                 added=tuple(described["added"]), coef=part("coef"), forest=forest,
                 lo=float(lo), hi=float(hi), bands=bands,
                 oof_residual_mad=described.get("oof_residual_mad"),
-                anchor=Anchor(**described["anchor"]) if described.get("anchor") else None)
+                anchor=_anchor(described.get("anchor")))
         shares = meta.get("phase_shares")
         return cls(feature_names=tuple(meta["feature_names"]), targets=targets,
                    tree_exclude=tuple(meta["tree_exclude"]),
@@ -316,6 +334,13 @@ def _widenings(meta: Mapping) -> dict[str, Widening]:
         return {} if single is None else {"compile_seconds": Widening.from_dict(single)}
     return {target: Widening.from_dict(rule) for target, rule in
             (meta.get("widenings") or {}).items()}
+
+
+def _anchor(described: Mapping | None) -> Anchor | None:
+    """The `Anchor` a target's description holds (format 4: no held bytes), if any."""
+    if not described:
+        return None
+    return Anchor(**{**described, "held": tuple(described.get("held", ()))})
 
 
 def as_predictor(model) -> Predictor:

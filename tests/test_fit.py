@@ -306,6 +306,40 @@ def test_a_target_that_follows_another_gets_a_ceiling_from_it():
     assert anchor.pull(np.array([0.0]), np.array([0.0]))[0] == 0.0
 
 
+def test_a_ceiling_holds_the_bytes_a_program_captures():
+    """Rows that hold captured bytes (3 per byte, beside what their compile time says) keep
+    their memory: the fit counts held bytes 3 times, and their predictions stay put."""
+    from dataclasses import replace
+
+    from costmodel.models.predictor import TargetModel
+    from costmodel.models.table import Table
+
+    rng = np.random.default_rng(9)
+    n = 400
+    z_source, z, predicted_source, predicted = _anchor_inputs(rng, n, relation=1.0)
+    held = np.where(np.arange(n) % 4 == 0, np.exp(rng.uniform(17, 20, n)), 0.0)
+    z = np.log(np.exp(z) + 3.0 * held)
+    predicted = np.where(held > 0, z + rng.normal(0, 0.05, n), np.log(np.exp(predicted) + 3.0 * held))
+    table = Table(("dense_constant_bytes", "fold_bytes"), np.column_stack([held / 2, held / 2]))
+    plain = TargetModel(form="overhead", terms=(), added=(), coef=np.zeros(1), lo=-1.0, hi=1.0)
+    model = CompileCostModel(**FAST)
+    anchor = model._anchored(plain, "compile_seconds", z_source, z, predicted_source, predicted,
+                             np.ones(n, bool), table).anchor
+    assert anchor.held == ("dense_constant_bytes", "fold_bytes")
+    assert anchor.per_held_byte == 3.0 and anchor.weight >= 0.9
+    holding = held > 0
+    pulled = anchor.pull(predicted, predicted_source, anchor.held_bytes(table))
+    assert np.mean(np.abs(z - pulled)[holding]) < 0.1
+    # a ceiling with no bytes held would take those rows far below what they hold
+    assert np.mean(np.abs(z - replace(anchor, held=(), per_held_byte=0.0).pull(
+        predicted, predicted_source))[holding]) > 1.0
+    # so without them the fit keeps none
+    bare = CompileCostModel(**FAST, anchor_held=())._anchored(
+        plain, "compile_seconds", z_source, z, predicted_source, predicted, np.ones(n, bool),
+        table)
+    assert bare is plain
+
+
 def test_a_target_unrelated_to_another_is_left_as_it_was():
     from costmodel.models.predictor import TargetModel
 
@@ -343,3 +377,29 @@ def test_an_anchored_model_predicts_the_pulled_value_and_saves_it(tmp_path):
     loaded = Predictor.load(tmp_path / "m.npz")
     assert loaded.targets["peak_rss_bytes"].anchor == anchor
     assert loaded.predict_log(probe)["peak_rss_bytes"] == pytest.approx(expected)
+    # a ceiling that holds bytes keeps them through save and load
+    holding = replace(anchor, held=("dense_constant_bytes",), per_held_byte=2.0)
+    kept = replace(plain, targets={**plain.targets, "peak_rss_bytes": replace(
+        plain.targets["peak_rss_bytes"], anchor=holding)})
+    with open(tmp_path / "held.npz", "wb") as handle:
+        kept.save(handle)
+    assert Predictor.load(tmp_path / "held.npz").targets["peak_rss_bytes"].anchor == holding
+
+
+def test_a_format_4_anchor_loads_without_held_bytes():
+    import json
+
+    from costmodel.models import load_default
+    from costmodel.models.predictor import Predictor
+
+    arrays = load_default("cpu").predictor.arrays()
+    meta = json.loads(str(arrays["meta"][()]))
+    meta["format"] = 4
+    anchor = meta["targets"]["peak_rss_bytes"]["anchor"]
+    for key in ("held", "per_held_byte"):
+        anchor.pop(key, None)
+    arrays["meta"] = np.array(json.dumps(meta))
+    loaded = Predictor.from_arrays(arrays).targets["peak_rss_bytes"].anchor
+    assert loaded.held == () and loaded.per_held_byte == 0.0
+    assert loaded.pull(np.array([30.0]), np.array([0.0]), np.array([1e9]))[0] == pytest.approx(
+        (1 - loaded.weight) * 30.0 + loaded.weight * (loaded.intercept + loaded.margin))

@@ -35,6 +35,7 @@ from costmodel.models.predictor import (
     Bands,
     Predictor,
     TargetModel,
+    column_sum,
     from_log,
     to_log,
 )
@@ -152,6 +153,15 @@ ANCHORS = {"peak_rss_bytes": "compile_seconds"}
 ANCHOR_WEIGHTS = np.round(np.linspace(0.0, 1.0, 21), 2)
 # How far above the line the ceiling may sit (log scale), chosen with the weight.
 ANCHOR_MARGINS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
+# Bytes a compile holds whatever its time, which raise the ceiling (`Anchor.held`), and
+# how many times each may count: chosen on every row's out-of-fold prediction, as the rows
+# with large captured tables are the corpus's synthetic ones (each count with the weight
+# and margin the real rows choose for it). With
+# none, the ceiling took the product of two captured 2048x2048 tables (0.4 s to compile,
+# 101 MB) to 42 MB, and the synthetic `constants` and `lookup_table` families' memory
+# (2-4 bytes per captured byte) from mean |log error| 0.43 to 0.18, fitted rows themselves.
+ANCHOR_HELD = ("dense_constant_bytes", "fold_bytes")
+ANCHOR_PER_HELD_BYTE = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
 
 
 class CompileCostModel:
@@ -178,6 +188,8 @@ class CompileCostModel:
         tree_exclude: Features the trees do not read (`BACKEND_TERMS` holds a backend's own).
         anchors: Target -> the target whose prediction gives it a ceiling (`Anchor`;
             defaults: `ANCHORS`; `{}`: none).
+        anchor_held: Columns of bytes that raise an anchor's ceiling (`Anchor.held`;
+            default: `ANCHOR_HELD`; `()`: none).
         max_iter, learning_rate, max_leaf_nodes, min_samples_leaf, l2_regularization:
             Passed to `HistGradientBoostingRegressor`.
         n_threads: OpenMP and BLAS threads while fitting; on small data one is as
@@ -197,6 +209,7 @@ class CompileCostModel:
                  residual_model: bool = True,
                  tree_exclude: Sequence[str] = (),
                  anchors: Mapping[str, str] | None = None,
+                 anchor_held: Sequence[str] | None = None,
                  max_iter: int = 100,
                  learning_rate: float = 0.1,
                  max_leaf_nodes: int = 15, min_samples_leaf: int = 10,
@@ -211,6 +224,7 @@ class CompileCostModel:
         self.residual_model = residual_model
         self.tree_exclude = tuple(tree_exclude)
         self.anchors = anchors
+        self.anchor_held = anchor_held
         self.max_iter = max_iter
         self.learning_rate = learning_rate
         self.max_leaf_nodes = max_leaf_nodes
@@ -299,7 +313,7 @@ class CompileCostModel:
             if target in fitted and source in fitted:
                 fitted[target] = self._anchored(fitted[target], source, modelled[source],
                                                 modelled[target], out_of_fold[source],
-                                                out_of_fold[target], calibrating)
+                                                out_of_fold[target], calibrating, table)
         self.targets_ = tuple(y)
         self.predictor_ = Predictor(
             feature_names=tuple(self.feature_names_in_), targets=fitted,
@@ -354,27 +368,39 @@ class CompileCostModel:
 
     def _anchored(self, fitted: TargetModel, source: str, z_source: np.ndarray,
                   z: np.ndarray, predicted_source: np.ndarray, predicted: np.ndarray,
-                  calibrating: np.ndarray) -> TargetModel:
+                  calibrating: np.ndarray, table: Table | None = None) -> TargetModel:
         """`fitted` with a ceiling from `source`'s modelled label (`Anchor`): the line
         fitted to the rows' own labels, its weight and margin the ones whose out-of-fold
         predictions err least (mean |log error|), intervals from those predictions'
         residuals; as it was where no weight beats leaving it alone. Real programs alone
-        decide where there are enough of them, as they alone set intervals."""
+        decide where there are enough of them, as they alone set intervals. How many bytes
+        each held byte (`anchor_held` columns of `table`) adds to the ceiling is chosen on
+        every row, each count with the weight and margin best for it."""
+        columns = () if table is None else \
+            ANCHOR_HELD if self.anchor_held is None else tuple(self.anchor_held)
+        held = np.zeros(len(z)) if table is None else column_sum(table, columns)
+        predicted_both = np.isfinite(predicted_source) & np.isfinite(predicted)
         both = interval_rows(np.isfinite(z_source) & np.isfinite(z), calibrating)
-        seen = both & np.isfinite(predicted_source) & np.isfinite(predicted)
+        seen = both & predicted_both
         if seen.sum() < MIN_INTERVAL_RESIDUALS:
             return fitted
+
+        def best(candidates: list[Anchor], rows: np.ndarray) -> Anchor:
+            errors = [np.mean(np.abs(z[rows] - a.pull(predicted[rows], predicted_source[rows],
+                                                      held[rows]))) for a in candidates]
+            return candidates[int(np.argmin(errors))]
+
         slope, intercept = np.polyfit(z_source[both], z[both], 1)
-        candidates = [Anchor(source, float(w), float(slope), float(intercept), margin)
-                      for w in ANCHOR_WEIGHTS for margin in ANCHOR_MARGINS]
-        errors = [np.mean(np.abs(z[seen] - a.pull(predicted[seen], predicted_source[seen])))
-                  for a in candidates]
-        anchor = candidates[int(np.argmin(errors))]
+        per_byte = ANCHOR_PER_HELD_BYTE if columns else (0.0,)
+        anchor = best([best([Anchor(source, float(w), float(slope), float(intercept), margin,
+                                    columns if k else (), k)
+                             for w in ANCHOR_WEIGHTS for margin in ANCHOR_MARGINS], seen)
+                       for k in per_byte], np.isfinite(z) & predicted_both)
         if anchor.weight == 0.0:
             return fitted
         return with_intervals(replace(fitted, anchor=anchor),
-                              anchor.pull(predicted[seen], predicted_source[seen]), z[seen],
-                              self.coverage)
+                              anchor.pull(predicted[seen], predicted_source[seen], held[seen]),
+                              z[seen], self.coverage)
 
     def _fit_parts(self, target: str, X: Table, z: np.ndarray,
                    groups: np.ndarray | None, weight: np.ndarray) -> TargetModel:
