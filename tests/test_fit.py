@@ -308,11 +308,11 @@ def test_a_target_that_follows_another_gets_a_ceiling_from_it():
 
 def test_a_ceiling_holds_the_bytes_a_program_captures():
     """Rows that hold captured bytes (3 per byte, beside what their compile time says) keep
-    their memory: the fit counts held bytes 3 times, and their predictions stay put."""
+    their memory under a ceiling raised by 3 bytes per held byte; without that, the ceiling
+    would take them far below, and the fit keeps none."""
     from dataclasses import replace
 
     from costmodel.models.predictor import TargetModel
-    from costmodel.models.table import Table
 
     rng = np.random.default_rng(9)
     n = 400
@@ -320,24 +320,33 @@ def test_a_ceiling_holds_the_bytes_a_program_captures():
     held = np.where(np.arange(n) % 4 == 0, np.exp(rng.uniform(17, 20, n)), 0.0)
     z = np.log(np.exp(z) + 3.0 * held)
     predicted = np.where(held > 0, z + rng.normal(0, 0.05, n), np.log(np.exp(predicted) + 3.0 * held))
-    table = Table(("dense_constant_bytes", "fold_bytes"), np.column_stack([held / 2, held / 2]))
     plain = TargetModel(form="overhead", terms=(), added=(), coef=np.zeros(1), lo=-1.0, hi=1.0)
     model = CompileCostModel(**FAST)
+    columns = ("dense_constant_bytes", "fold_bytes")
     anchor = model._anchored(plain, "compile_seconds", z_source, z, predicted_source, predicted,
-                             np.ones(n, bool), table).anchor
-    assert anchor.held == ("dense_constant_bytes", "fold_bytes")
-    assert anchor.per_held_byte == 3.0 and anchor.weight >= 0.9
+                             np.ones(n, bool), columns, held, 3.0).anchor
+    assert anchor.held == columns and anchor.per_held_byte == 3.0 and anchor.weight >= 0.9
     holding = held > 0
-    pulled = anchor.pull(predicted, predicted_source, anchor.held_bytes(table))
-    assert np.mean(np.abs(z - pulled)[holding]) < 0.1
-    # a ceiling with no bytes held would take those rows far below what they hold
-    assert np.mean(np.abs(z - replace(anchor, held=(), per_held_byte=0.0).pull(
-        predicted, predicted_source))[holding]) > 1.0
-    # so without them the fit keeps none
-    bare = CompileCostModel(**FAST, anchor_held=())._anchored(
-        plain, "compile_seconds", z_source, z, predicted_source, predicted, np.ones(n, bool),
-        table)
-    assert bare is plain
+    assert np.mean(np.abs(z - anchor.pull(predicted, predicted_source, held))[holding]) < 0.1
+    bare = replace(anchor, held=(), per_held_byte=0.0)
+    assert np.mean(np.abs(z - bare.pull(predicted, predicted_source))[holding]) > 1.0
+    assert model._anchored(plain, "compile_seconds", z_source, z, predicted_source, predicted,
+                           np.ones(n, bool)) is plain
+
+
+def test_held_bytes_count_as_the_low_end_of_what_holding_rows_use():
+    from costmodel.training.fitting.estimator import ANCHOR_HELD_MIN, held_per_byte
+
+    rng = np.random.default_rng(10)
+    held = np.concatenate([rng.uniform(1, 8, 200) * ANCHOR_HELD_MIN, np.zeros(200),
+                           np.full(50, ANCHOR_HELD_MIN / 2)])
+    used = held * rng.uniform(2.0, 4.0, len(held)) + rng.uniform(0, 2e6, len(held))
+    used[-50:] = 1e3  # rows holding too little to count
+    # the 10th percentile of 2-4 bytes per byte (a little more for the rest they use)
+    assert 2.1 <= held_per_byte(used, held) <= 2.4
+    assert held_per_byte(used, held) * 20 == pytest.approx(round(held_per_byte(used, held) * 20))
+    assert held_per_byte(used[:9], held[:9]) == 0.0  # too few rows holding bytes
+    assert held_per_byte(used[200:], held[200:]) == 0.0
 
 
 def test_a_target_unrelated_to_another_is_left_as_it_was():

@@ -147,12 +147,14 @@ def _anchor_words(artifact) -> str:
         anchor = fitted.anchor
         if anchor is not None:
             margin = f", plus a margin of {anchor.margin:.1f}" if anchor.margin else ""
+            held = (f", raised by {anchor.per_held_byte:g} bytes per byte of "
+                    f"{' and '.join(anchor.held)}" if anchor.per_held_byte else "")
             words += (f" {target} has a ceiling from {anchor.source}: where its log prediction "
                       f"lies above {anchor.slope:.3f} x log {anchor.source} + "
                       f"{anchor.intercept:.2f} (a line fitted to the real programs' "
-                      f"labels{margin}), it moves {anchor.weight:.2f} of the way down to it "
-                      f"(the weight whose out-of-fold predictions err least); intervals are "
-                      f"set around that.")
+                      f"labels{margin}{held}), it moves {anchor.weight:.2f} of the way down "
+                      f"to it (the weight whose out-of-fold predictions err least); intervals "
+                      f"are set around that.")
     return words
 
 

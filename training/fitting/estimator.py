@@ -153,15 +153,18 @@ ANCHORS = {"peak_rss_bytes": "compile_seconds"}
 ANCHOR_WEIGHTS = np.round(np.linspace(0.0, 1.0, 21), 2)
 # How far above the line the ceiling may sit (log scale), chosen with the weight.
 ANCHOR_MARGINS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
-# Bytes a compile holds whatever its time, which raise the ceiling (`Anchor.held`), and
-# how many times each may count: chosen on every row's out-of-fold prediction, as the rows
-# with large captured tables are the corpus's synthetic ones (each count with the weight
-# and margin the real rows choose for it). With
-# none, the ceiling took the product of two captured 2048x2048 tables (0.4 s to compile,
-# 101 MB) to 42 MB, and the synthetic `constants` and `lookup_table` families' memory
-# (2-4 bytes per captured byte) from mean |log error| 0.43 to 0.18, fitted rows themselves.
+# Bytes a compile holds whatever its time, which raise the ceiling (`Anchor.held`): by as
+# many bytes per held byte as the rows that hold at least `ANCHOR_HELD_MIN` of them use
+# at the low end (`ANCHOR_HELD_QUANTILE` of their memory over held bytes), so that the
+# ceiling does not cut below what such programs hold. CPU, schema 17: 69 rows of five
+# families (captured tables, folded constants, lookup tables, NetKet), 1.4-8.7 bytes per
+# held byte, median 3.0, 10th percentile 1.95. Chosen, as tried first, on the out-of-fold
+# rows with the weight, it came out 0-1.5 from draw to draw. With none, the ceiling took
+# the product of two captured 2048x2048 tables (0.4 s to compile, 101 MB) to 42 MB.
 ANCHOR_HELD = ("dense_constant_bytes", "fold_bytes")
-ANCHOR_PER_HELD_BYTE = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
+ANCHOR_HELD_MIN = 4 * 2**20
+ANCHOR_HELD_QUANTILE = 0.1
+ANCHOR_HELD_ROWS = 10  # fewer such rows: no bytes held
 
 
 class CompileCostModel:
@@ -311,9 +314,13 @@ class CompileCostModel:
         anchors = ANCHORS if self.anchors is None else self.anchors
         for target, source in anchors.items():
             if target in fitted and source in fitted:
-                fitted[target] = self._anchored(fitted[target], source, modelled[source],
-                                                modelled[target], out_of_fold[source],
-                                                out_of_fold[target], calibrating, table)
+                columns = ANCHOR_HELD if self.anchor_held is None else tuple(self.anchor_held)
+                held = column_sum(table, columns)
+                per_byte = held_per_byte(from_log(target, modelled[target]), held)
+                fitted[target] = self._anchored(
+                    fitted[target], source, modelled[source], modelled[target],
+                    out_of_fold[source], out_of_fold[target], calibrating,
+                    columns if per_byte else (), held, per_byte)
         self.targets_ = tuple(y)
         self.predictor_ = Predictor(
             feature_names=tuple(self.feature_names_in_), targets=fitted,
@@ -368,34 +375,26 @@ class CompileCostModel:
 
     def _anchored(self, fitted: TargetModel, source: str, z_source: np.ndarray,
                   z: np.ndarray, predicted_source: np.ndarray, predicted: np.ndarray,
-                  calibrating: np.ndarray, table: Table | None = None) -> TargetModel:
+                  calibrating: np.ndarray, held_columns: Sequence[str] = (),
+                  held: np.ndarray | None = None, per_held_byte: float = 0.0) -> TargetModel:
         """`fitted` with a ceiling from `source`'s modelled label (`Anchor`): the line
-        fitted to the rows' own labels, its weight and margin the ones whose out-of-fold
+        fitted to the rows' own labels, raised by `per_held_byte` per byte each row holds
+        (`held`, of `held_columns`); its weight and margin the ones whose out-of-fold
         predictions err least (mean |log error|), intervals from those predictions'
         residuals; as it was where no weight beats leaving it alone. Real programs alone
-        decide where there are enough of them, as they alone set intervals. How many bytes
-        each held byte (`anchor_held` columns of `table`) adds to the ceiling is chosen on
-        every row, each count with the weight and margin best for it."""
-        columns = () if table is None else \
-            ANCHOR_HELD if self.anchor_held is None else tuple(self.anchor_held)
-        held = np.zeros(len(z)) if table is None else column_sum(table, columns)
-        predicted_both = np.isfinite(predicted_source) & np.isfinite(predicted)
+        decide where there are enough of them, as they alone set intervals."""
+        held = np.zeros(len(z)) if held is None else held
         both = interval_rows(np.isfinite(z_source) & np.isfinite(z), calibrating)
-        seen = both & predicted_both
+        seen = both & np.isfinite(predicted_source) & np.isfinite(predicted)
         if seen.sum() < MIN_INTERVAL_RESIDUALS:
             return fitted
-
-        def best(candidates: list[Anchor], rows: np.ndarray) -> Anchor:
-            errors = [np.mean(np.abs(z[rows] - a.pull(predicted[rows], predicted_source[rows],
-                                                      held[rows]))) for a in candidates]
-            return candidates[int(np.argmin(errors))]
-
         slope, intercept = np.polyfit(z_source[both], z[both], 1)
-        per_byte = ANCHOR_PER_HELD_BYTE if columns else (0.0,)
-        anchor = best([best([Anchor(source, float(w), float(slope), float(intercept), margin,
-                                    columns if k else (), k)
-                             for w in ANCHOR_WEIGHTS for margin in ANCHOR_MARGINS], seen)
-                       for k in per_byte], np.isfinite(z) & predicted_both)
+        candidates = [Anchor(source, float(w), float(slope), float(intercept), margin,
+                             tuple(held_columns), float(per_held_byte))
+                      for w in ANCHOR_WEIGHTS for margin in ANCHOR_MARGINS]
+        errors = [np.mean(np.abs(z[seen] - a.pull(predicted[seen], predicted_source[seen],
+                                                  held[seen]))) for a in candidates]
+        anchor = candidates[int(np.argmin(errors))]
         if anchor.weight == 0.0:
             return fitted
         return with_intervals(replace(fitted, anchor=anchor),
@@ -463,6 +462,16 @@ MIN_BAND_RESIDUALS = 40
 # Fewest out-of-fold residuals of the `interval_rows` that set the intervals on their own
 # (enough for every size band); with fewer, every row's residual counts.
 MIN_INTERVAL_RESIDUALS = SIZE_BANDS * MIN_BAND_RESIDUALS
+
+
+def held_per_byte(used: np.ndarray, held: np.ndarray) -> float:
+    """Bytes a ceiling allows per held byte: the `ANCHOR_HELD_QUANTILE` of `used` over
+    `held` bytes among rows holding at least `ANCHOR_HELD_MIN` (0 with fewer than
+    `ANCHOR_HELD_ROWS` of them), rounded to 0.05."""
+    holding = np.isfinite(used) & (held >= ANCHOR_HELD_MIN)
+    if holding.sum() < ANCHOR_HELD_ROWS:
+        return 0.0
+    return float(np.round(np.quantile(used[holding] / held[holding], ANCHOR_HELD_QUANTILE) * 20) / 20)
 
 
 def interval_rows(rows: np.ndarray, calibrating: np.ndarray) -> np.ndarray:
