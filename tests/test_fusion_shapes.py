@@ -59,7 +59,9 @@ def test_the_shipped_model_tells_a_chain_of_inputs_from_a_chain_of_rows(shapes):
     """Since schema 17 the fusion term is cost times inputs: at 1024 terms the shipped model
     is within 2x of the stored seconds for five of the six (the sum on one input, whose
     growth comes from one value read in many places, is under-predicted about 5x)."""
-    assert load_default("cpu").version == "cpu-9cc05d83-b65272"
+    # cpu-9cc05d83-b65272 before host memory's ceiling held captured bytes (compile time
+    # is the same)
+    assert load_default("cpu").version == "cpu-9cc05d83-4aa542"
     predicted = {kind: costmodel.predict(*_fn_and_args(build, 1024)).compile_seconds
                  for kind, build in shapes.FUSIONS.items()}
     assert predicted["chain of inputs"] > 10 * predicted["chain of rows"]

@@ -233,7 +233,8 @@ def test_the_shipped_models_widen_host_memory_past_a_distance():
         "library_programs": 18 / 19, "unseen_programs": 18 / 19, "outside_top": 4 / 6,
         "outside_top_baseline": 9 / 11})
     assert cpu["coverage_library_held_out"]["all"] == pytest.approx(121 / 135)
-    assert cpu["leave_library_out_coverage"] == pytest.approx(0.918, abs=0.001)
+    # 0.918 before the ceiling held captured bytes (cpu-9cc05d83-b65272)
+    assert cpu["leave_library_out_coverage"] == pytest.approx(0.916, abs=0.001)
     h100 = load_default("gpu", "h100").manifest["metrics"]["interval_widening"][memory]
     assert h100["factor"] == 1.0 and h100["power"] == 0.75
     assert h100["onset"] == pytest.approx(8.83, abs=0.01)

@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # simulators and RL (brax, mujoco-mjx, craftax, xminigrid, jumanji, flashbax); state-space
 # models, Gaussian processes, nested sampling, interpolation, quadrature and Lie groups
 RUNS = {"b1": ROOT / "bench/data/outside_libraries_b1", "b2": ROOT / "bench/data/outside_libraries_b2"}
-CPU_MODEL = "cpu-9cc05d83-b65272"
+# cpu-9cc05d83-b65272 before the ceiling held captured bytes: the same figures here
+CPU_MODEL = "cpu-9cc05d83-4aa542"
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +103,7 @@ def test_the_h100_model_on_the_second_set():
 
     bench = bench_module("outside_libraries")
     reports = [bench.score(ROOT / f"bench/data/outside_libraries_{name}_h100", "h100") for name in RUNS]
-    if reports[0]["model"] != "gpu-h100-301d6d76-195230":
+    if reports[0]["model"] != "gpu-h100-301d6d76-13a2a2":
         pytest.skip("figures of the model the runs were scored with")
     assert [r["programs"] for r in reports] == [23, 24]
     time = [r["compile_seconds"] for r in reports]
