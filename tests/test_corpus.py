@@ -33,10 +33,12 @@ def test_synthetic_corpus_is_large_enough():
     assert len(synthetic) >= 49
     # constant_fold's sizes are bounded by what XLA's interpreter folds in under ~10 s;
     # the calibration set is what `costmodel calibrate` times, a minute in all; a tree
-    # search of 16 stages compiles in tens of seconds
+    # search of 16 stages compiles in tens of seconds; a complex recurrence's gradient of
+    # 256 steps took 50 s, and longer ones time out
     small = {name: len(f.grid) for name, f in synthetic.items() if len(f.grid) < 50}
-    assert small == {"constant_fold": 27, "calibration_set": 5, "tree_search": 20}
-    assert 2900 <= sum(len(f.grid) for f in synthetic.values()) <= 3000
+    assert small == {"constant_fold": 27, "calibration_set": 5, "tree_search": 20,
+                     "complex_recurrence": 40}
+    assert 2950 <= sum(len(f.grid) for f in synthetic.values()) <= 3050
 
 
 @pytest.mark.parametrize("name", FAMILY_NAMES)
@@ -133,6 +135,27 @@ def test_seed_families():
     text = _lower(chol, {"nbatch": 16, "nobs": 256, "ngp": 64, "grad": True}).as_text()
     assert "tensor<16x128xf64>" in text
     assert "tensor<256x128xf64>" in text  # the captured design matrix
+
+
+def test_complex_recurrences_grow_in_complex_ops_with_their_steps():
+    """XLA:CPU compiles complex elementwise ops many times slower than real ones; the
+    family's programs are complex64 through and through, and their ops grow with steps."""
+    family = corpus.get_family("complex_recurrence")
+    assert len(family.grid) == 40
+    for kind in ("elementwise", "layered"):
+        texts = {n: _lower(family, {"steps": n, "width": 16, "kind": kind, "grad": False}
+                           ).as_text() for n in (4, 16)}
+        assert "complex<f32>" in texts[4]
+        # elementwise: multiply, exp, multiply, add, abs, add, divide and the step's slice
+        # and reshape (and converts); layered: a few more, with the matmul
+        per_step = (texts[16].count("stablehlo.") - texts[4].count("stablehlo.")) / 12
+        assert per_step == (12 if kind == "elementwise" else 13)
+        if kind == "layered":
+            assert texts[16].count("stablehlo.dot_general") == 16
+    grad = _lower(family, {"steps": 4, "width": 16, "kind": "elementwise", "grad": True})
+    assert grad.as_text().count("stablehlo.") > texts[4].count("stablehlo.")
+    with pytest.raises(ValueError, match="kind"):
+        corpus.build("complex_recurrence", {"steps": 1, "width": 4, "kind": "scan", "grad": False})
 
 
 def _loop(style: str, steps: int, **extra):

@@ -1,0 +1,59 @@
+"""A failure class measured and kept out of training: one fusion of many complex
+elementwise ops (`complex_recurrence`, `bench/data/cpu_complex_recurrence.parquet`, 36
+programs on the AMD EPYC, 2026-12-05). The shipped CPU model predicts the family's other
+programs, and not those fusions."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from costmodel.models import load_default
+from costmodel.training.evaluation.outside import speed_scale
+from costmodel.training.fitting.fit import features_frame, select_rows
+from costmodel.training.store import dataset
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def rows() -> pd.DataFrame:
+    data = select_rows(dataset.load([ROOT / "bench/data/cpu_complex_recurrence.parquet"]), "cpu", "")
+    model = load_default("cpu")
+    predicted = model.predict(features_frame(data).to_dict("records"))["compile_seconds"]["point"]
+    scale = np.array([speed_scale(model, ref) for ref in data["ref_seconds"].astype(float)])
+    params = pd.DataFrame(list(data["params"].map(json.loads)))
+    return pd.concat([data[["compile_seconds", "f_fusion_max_size"]].reset_index(drop=True),
+                      params, pd.Series(predicted * scale, name="predicted")], axis=1)
+
+
+def test_one_fusion_of_complex_ops_compiles_far_slower_than_predicted(rows):
+    assert len(rows) == 36
+    ratio = rows["compile_seconds"] / rows["predicted"]
+    chains = (rows["kind"] == "elementwise") & ~rows["grad"] & (rows["steps"] >= 64)
+    # forward chains of 64-256 steps: one fusion of 517-2053 ops, 0.7-22 s measured
+    assert chains.sum() == 6
+    assert rows.loc[chains, "f_fusion_max_size"].min() > 500
+    assert ratio[chains].min() > 5 and ratio[chains].max() > 50
+    assert rows.loc[chains, "compile_seconds"].max() > 15
+    # the same recurrence split into fusions of 9 ops by a matmul each step is predicted
+    layered = (rows["kind"] == "layered") & ~rows["grad"]
+    assert rows.loc[layered, "f_fusion_max_size"].max() == 9
+    assert np.all(np.abs(np.log(ratio[layered])) < np.log(1.3))
+    # and the gradients, whose fusions are smaller, within 0.4-2.9x
+    grads = rows["grad"]
+    assert np.all((ratio[grads] > 0.4) & (ratio[grads] < 2.9))
+
+
+def test_training_on_the_family_made_the_benches_worse():
+    """`bench/added_rows_effect.py --add complex_recurrence=... --noise 31`: the rows made
+    compile time on the stored benches worse, by more than leaving 31 random real rows out
+    moves it."""
+    stored = json.loads((ROOT / "bench/results/added_rows_complex.json").read_text())
+    shipped = stored["shipped rows"]["all"]["mean_abs_log"]
+    added = stored["complex_recurrence"]["all"]["mean_abs_log"]
+    draws = [v["all"]["mean_abs_log"] for k, v in stored.items() if "draw" in k]
+    assert added > shipped + 0.015
+    assert added > max(draws) + 0.01
