@@ -9,7 +9,7 @@ time and by bench. Fits only: about a minute a fit, no compile is timed.
 
 Why: the memory model alone predicted 1.5-3.5 GB for bench programs of 20-30 s that used
 0.5-1.4 GB, while real programs' memory follows their compile time closely. Bytes held:
-a ceiling from compile time alone took two captured tables' product (101 MB) to 42 MB.
+a ceiling from compile time alone took two captured tables' product (101 MB) to 44 MB.
 """
 
 from __future__ import annotations
