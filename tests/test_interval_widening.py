@@ -244,7 +244,8 @@ def test_the_shipped_models_widen_host_memory_past_a_distance():
         "unseen_programs_h100": 17 / 19})
     assert h100["coverage_after"]["outside_libraries_h100"] == pytest.approx(39 / 40)
     assert h100["coverage_library_held_out"]["all"] == pytest.approx(70 / 76)
-    assert h100["leave_library_out_coverage"] == pytest.approx(0.886, abs=0.001)
+    # 0.886 before the ceiling held captured bytes (gpu-h100-301d6d76-195230)
+    assert h100["leave_library_out_coverage"] == pytest.approx(0.896, abs=0.001)
 
 
 @pytest.mark.parametrize("backend, target", [("cpu", ""), ("gpu", "h100")])
