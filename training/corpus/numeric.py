@@ -59,7 +59,10 @@ def build_complex_recurrence(steps: int, width: int, kind: str, grad: bool
     predicted within 0.4-2.9x, median 0.95. Trained on, the rows made the stored benches
     worse (`bench/results/added_rows_complex.json`) and did not help the complex programs of
     a real library (PennyLane's VQE, under-predicted 1.7x), so they are not in the shipped
-    data: the fusion features would need to weigh complex ops, not the trees to learn them.
+    data. Weighing complex ops more would not fix it (`bench/complex_op_cost.py`): the
+    emulator's weights are near what the ops cost; what the features miss is the state's
+    width (16 wide compiles 1.8-5x faster than 256 wide, same features), and few training
+    rows are one giant fusion in an otherwise small module (6 rows of 2 families).
 
     Args:
         steps: Unrolled steps.
