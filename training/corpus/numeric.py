@@ -60,9 +60,9 @@ def build_complex_recurrence(steps: int, width: int, kind: str, grad: bool
     worse (`bench/results/added_rows_complex.json`) and did not help the complex programs of
     a real library (PennyLane's VQE, under-predicted 1.7x), so they are not in the shipped
     data. Weighing complex ops more would not fix it (`bench/complex_op_cost.py`): the
-    emulator's weights are near what the ops cost; what the features miss is the state's
-    width (16 wide compiles 1.8-5x faster than 256 wide, same features), and few training
-    rows are one giant fusion in an otherwise small module (6 rows of 2 families).
+    emulator's weights are near what the ops cost. Few training rows are one giant fusion
+    in an otherwise small module (6 rows of 2 families), and 16 wide compiles 2-6x faster
+    than 256 wide with the same features, which no simple rule of width explains (README).
 
     Args:
         steps: Unrolled steps.
