@@ -1,7 +1,7 @@
 """What a complex op costs inside an XLA:CPU fusion, in float32 adds.
 
 XLA keeps complex ops whole in HLO and expands each into real arithmetic only when it
-emits the fused loop's code (a complex divide or abs into tens of instructions), so the
+emits the fused loop's code (a complex multiply into several real ones), so the
 fusion emulator cannot count the expansion from the module: it has to weigh the op. This
 times one long elementwise chain (a single fusion) per op kind and element type on a (64,)
 vector, interleaved in one process with the reference program, and expresses each as an
@@ -12,7 +12,8 @@ add (and for `abs` of a complex value, the convert back to complex).
 
 Found (2026-12-05, AMD EPYC; README, "Complex numbers"): a complex add costs 2-3 adds, a
 multiply or divide 2.4-4.4, chained `abs` 6-8, `exp` 7-12, `tanh` 18-20, `log` 15-41 and
-a square root 250-320, each growing with the chain's length as no real op does.
+a square root 250-320. The figures move with the chain's length (add 1.9 at 128 steps and
+3.2 at 512, log 41 at 64 and 15 at 256): a weight per op is only a first approximation.
 
     python bench/complex_op_cost.py [--rounds 3] [--json bench/results/complex_op_cost.json]
 """
@@ -47,8 +48,9 @@ DTYPES = {"float32": np.float32, "complex64": np.complex64}
 
 def chain(kind: str, steps: int, dtype):
     """`steps` applications of `KINDS[kind]`, each with a row of one input: one fusion
-    of two inputs (a chain reading a parameter per step compiles much slower, in the
-    number of inputs: 1024 float32 adds 3.3 s against 0.2 s read from one array's rows)."""
+    of two inputs (a chain reading a parameter of its own per step compiles much slower,
+    in the number of inputs: 1024 float32 adds 3.3 s, against 0.26 and 1.44 s for 512 and
+    2048 reading rows of one input)."""
     step = KINDS[kind]
 
     def fn(x, weights):
