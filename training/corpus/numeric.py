@@ -61,8 +61,9 @@ def build_complex_recurrence(steps: int, width: int, kind: str, grad: bool
     a real library (PennyLane's VQE, under-predicted 1.7x), so they are not in the shipped
     data. Weighing complex ops more would not fix it (`bench/complex_op_cost.py`): the
     emulator's weights are near what the ops cost. Few training rows are one giant fusion
-    in an otherwise small module (6 rows of 2 families), and 16 wide compiles 2-6x faster
-    than 256 wide with the same features, which no simple rule of width explains (README).
+    in an otherwise small module (6 rows of 2 families), and 16 wide compiles 2-5x faster
+    than 256 wide with the same features, which no simple rule of width explains
+    (`bench/complex_width.py`).
 
     Args:
         steps: Unrolled steps.
