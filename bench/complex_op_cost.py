@@ -10,7 +10,7 @@ add chains' own curve (log-log interpolation, extrapolated along its last segmen
 op of the pattern. Unary kinds are chained as `op(y) + w_i`, so their figure includes the
 add (and for `abs` of a complex value, the convert back to complex).
 
-Found (2026-12-05, AMD EPYC; README, "Complex numbers"): a complex add costs 2-3 adds, a
+Found (2026-12-05, AMD EPYC; `bench/FINDINGS.md`, "Complex numbers"): a complex add costs 2-3 adds, a
 multiply or divide 2.4-4.4, chained `abs` 6-8, `exp` 7-12, `tanh` 18-20, `log` 15-41 and
 a square root 250-320. The figures move with the chain's length (add 1.9 at 128 steps and
 3.2 at 512, log 41 at 64 and 15 at 256): a weight per op is only a first approximation.

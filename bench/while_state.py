@@ -9,7 +9,7 @@ Why ask: brax's and JaxSim's physics steps compile 1.5-2.4x longer than predicte
 the emulated fusions match XLA's, and JaxSim's top HLO passes are while-loop ones
 (simplify-while-loops, copy-insertion, while-loop-invariant-code-motion); copying and
 simplifying a loop is work per carried value. No feature counts carried values (schema 16);
-tried as one (fit-only, 2026-12-04, README), it did not improve the benches' scores.
+tried as one (fit-only, 2026-12-04, `bench/FINDINGS.md`), it did not improve the benches' scores.
 
     python bench/while_state.py [--json bench/results/while_state.json]
 """

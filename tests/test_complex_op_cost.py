@@ -1,5 +1,5 @@
 """bench/complex_op_cost.py: reading a compile time as an add chain's length, and the
-stored run (`bench/results/complex_op_cost.json`) the README's "Complex numbers" quotes."""
+stored run (`bench/results/complex_op_cost.json`) `bench/FINDINGS.md`'s "Complex numbers" quotes."""
 
 import json
 from pathlib import Path

@@ -88,8 +88,8 @@ CPU_MODEL = "cpu-9cc05d83-4aa542"
 
 
 def test_the_shipped_model_on_libraries_it_never_saw(report):
-    """The figures the note and README give (model cpu-9cc05d83-4aa542, schema 17: a
-    fusion's cost times its inputs in place of its squared cost, scalar ops add no fusion
+    """The figures the note, README and `bench/FINDINGS.md` give (model cpu-9cc05d83-4aa542,
+    schema 17: a fusion's cost times its inputs in place of its squared cost, scalar ops add no fusion
     cost, a cost per distinct kernel, host memory following the fused ops, both intervals
     widened by distance): a median under the op-count power law fitted on these very
     programs (1.18 against 1.30; schema 16: 1.19; schema 15: 1.265; schema 14: 1.226), no
