@@ -100,6 +100,30 @@ def test_far_programs_get_wider_intervals_and_the_corpus_stays_within_its_band()
     assert report["mean_scale"]["benches"] == pytest.approx(rule.scale(bench["distance"]).mean())
 
 
+def test_past_the_band_the_narrowest_rule_wins_not_the_one_a_few_rows_closer():
+    """The corpus is covered 96% before widening, so every rule leaves it above the band.
+    The far bench programs miss by 3x; a rule that grows from distance 2 covers them and
+    every corpus row, one that grows steeply from 6.35 covers them and leaves the corpus's
+    misses at distance 5 out (96%, closer to the band) but is a third wider over the
+    programs as a whole: the narrowest is kept."""
+    near = bench_frame([0.5] * 10, [f"near{i}" for i in range(10)], [2.0] * 10)
+    far = bench_frame([3.0] * 10, [f"far{i}" for i in range(10)], np.arange(10, 20.0), bench="b")
+    bench = pd.concat([near, far], ignore_index=True)
+    missing = np.arange(200) % 25 == 0
+    corpus = pd.DataFrame({"ratio": np.where(missing, 1.02, 0.5),
+                           "library": [f"c{i % 12}" for i in range(200)],
+                           "distance": np.where(missing, 5.0, np.linspace(1.0, 20.0, 200))})
+    rule = widening.fit_rule(bench, corpus)
+    assert (rule.onset, rule.power) == (2.0, 0.5) and rule.factor == pytest.approx(1.2792, abs=1e-4)
+    assert widening.inside(bench, rule).mean() >= 0.9
+    assert widening.inside(corpus, rule).mean() == 1.0
+    closer = Widening(1.0, 6.35, 2.0)
+    assert widening.inside(bench, closer).mean() >= 0.9
+    assert widening.inside(corpus, closer).mean() == pytest.approx(0.96)
+    everywhere = np.r_[bench["distance"], corpus["distance"]]
+    assert closer.scale(everywhere).mean() > 1.25 * rule.scale(everywhere).mean()
+
+
 def test_held_out_coverage_scores_each_library_against_a_rule_fitted_without_it():
     # 20 libraries; "far" misses by 5x. Fitted without it the factor is the 0.9 * 20/19
     # quantile of the other 19 ratios, the 18th: 1.8, so "far" stays outside; each other

@@ -144,25 +144,29 @@ def fit_rule(bench: pd.DataFrame, corpus: pd.DataFrame | None = None,
              coverage: float = 0.9) -> Widening:
     """The `Widening` the bench ratios ask for (module docstring); one factor of at least
     1 without `corpus` ratios, the narrowest rule that keeps them within `CORPUS_COVERAGE`
-    with them (or, if none does, the one that comes closest)."""
+    with them. If none does, the narrowest over the bench and corpus programs together:
+    ranked by how close each came to the band, a rule covering a few more corpus rows
+    than another could win at several times its width (cpu-9cc05d83-52d0be: corpus 95.9%
+    against 97.6%, log offsets x5.1 against x1.6 on the benches)."""
     if corpus is None or len(corpus) == 0:
         return Widening(factor=max(1.0, library_quantile(bench["ratio"], bench["library"],
                                                           coverage)))
     distance = bench["distance"].to_numpy(float)
+    everywhere = np.concatenate([distance, corpus["distance"].to_numpy(float)])
     shapes = {(math.inf, 0.0)} | {(float(np.quantile(distance, q)), p)
                                   for q in ONSET_QUANTILES for p in POWERS if p > 0}
-    best, best_key = Widening(), None
+    low, high = CORPUS_COVERAGE
+    within, outside = [], []
     for onset, power in sorted(shapes):
         shape = Widening(1.0, onset, power)
         factor = library_quantile(bench["ratio"] / shape.scale(distance), bench["library"],
                                   coverage)
         rule = Widening(factor, onset, power).canonical()
-        covered = inside(corpus, rule).mean()
-        low, high = CORPUS_COVERAGE
-        key = (max(low - covered, covered - high, 0.0), rule.scale(distance).mean())
-        if best_key is None or key < best_key:
-            best, best_key = rule, key
-    return best
+        if low <= inside(corpus, rule).mean() <= high:
+            within.append((rule.scale(distance).mean(), rule))
+        else:
+            outside.append((rule.scale(everywhere).mean(), rule))
+    return min(within or outside, key=lambda pair: pair[0])[1]
 
 
 def inside(ratios: pd.DataFrame, rule: Widening) -> np.ndarray:
