@@ -13,8 +13,9 @@ grid the factor is the smallest that puts the nominal share of the bench program
 each library (a bench row's `library`, else the first word of its program's name)
 weighing the same; the rule kept is the narrowest whose coverage of the corpus's libraries
 held out (the evaluation's `leave_library_out` predictions, each row's distance measured
-from the rows of the other libraries) stays within `CORPUS_COVERAGE`. Without those
-predictions only one factor of at least 1 is fitted. `held_out_coverage` is the honest
+from the rows of the other libraries) stays within `CORPUS_COVERAGE` (if none does, the
+narrowest over bench and corpus programs together). Without those predictions only one
+factor of at least 1 is fitted. `held_out_coverage` is the honest
 check: each bench library's programs scored against a rule fitted without them.
 
 Each widened quantity (`WIDENED_TARGETS`: compile seconds, peak host memory) gets a rule of
