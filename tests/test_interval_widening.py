@@ -104,7 +104,7 @@ def test_past_the_band_the_narrowest_rule_wins_not_the_one_a_few_rows_closer():
     """The corpus is covered 96% before widening, so every rule leaves it above the band.
     The far bench programs miss by 3x; a rule that grows from distance 2 covers them and
     every corpus row, one that grows steeply from 6.35 covers them and leaves the corpus's
-    misses at distance 5 out (96%, closer to the band) but is a third wider over the
+    misses at distance 5 out (96%, closer to the band) but is over a quarter wider over the
     programs as a whole: the narrowest is kept."""
     near = bench_frame([0.5] * 10, [f"near{i}" for i in range(10)], [2.0] * 10)
     far = bench_frame([3.0] * 10, [f"far{i}" for i in range(10)], np.arange(10, 20.0), bench="b")

@@ -146,9 +146,9 @@ def fit_rule(bench: pd.DataFrame, corpus: pd.DataFrame | None = None,
     """The `Widening` the bench ratios ask for (module docstring); one factor of at least
     1 without `corpus` ratios, the narrowest rule that keeps them within `CORPUS_COVERAGE`
     with them. If none does, the narrowest over the bench and corpus programs together:
-    ranked by how close each came to the band, a rule covering a few more corpus rows
-    than another could win at several times its width (cpu-9cc05d83-52d0be: corpus 95.9%
-    against 97.6%, log offsets x5.1 against x1.6 on the benches)."""
+    ranked by how close each came to the band, a rule a few corpus rows nearer to it
+    could win at several times another's width (cpu-9cc05d83-52d0be: corpus 95.9% against
+    97.6%, log offsets x5.1 against x1.6 on the benches)."""
     if corpus is None or len(corpus) == 0:
         return Widening(factor=max(1.0, library_quantile(bench["ratio"], bench["library"],
                                                           coverage)))
