@@ -5,7 +5,7 @@ replica's loopback port (a persistent connection per client and replica) and rec
 every answer: when it was sent, which replica, the status, the model version served and
 the latency. `summary(promoted_at, old, new)` turns that into figures: requests and
 failures per replica, latency p50/p99/max, and per replica how long after the promotion
-committed it last served the old model and first served the new one.
+committed it last served the old model and first served the new one (sent, and answered).
 
 `tests/test_api_replicas.py` runs it against two replicas sharing a PostgreSQL store and a
 model folder (`python -m pytest -s tests/test_api_replicas.py` prints the figures).
@@ -81,11 +81,15 @@ class ReplicaLoad(ClientThreads):
             mine = [a for a in self.answers if a.replica == replica and a.status == 200]
             old_sent = [a.sent_at - promoted_at for a in mine if a.version == old]
             new_sent = [a.sent_at - promoted_at for a in mine if a.version == new]
+            new_answered = [a.sent_at + a.seconds - promoted_at for a in mine if a.version == new]
             out["replicas"].append({
                 "requests": sum(a.replica == replica for a in self.answers),
                 "old": len(old_sent), "new": len(new_sent),
                 "other_versions": sorted({a.version for a in mine} - {old, new}),
                 # seconds after the promotion committed (negative: before it)
                 "last_old_s": round(max(old_sent), 3) if old_sent else None,
-                "first_new_s": round(min(new_sent), 3) if new_sent else None})
+                # a request sent just before the commit and answered after it may get
+                # the new model, so this can be a little negative; its answer cannot be
+                "first_new_s": round(min(new_sent), 3) if new_sent else None,
+                "first_new_answered_s": round(min(new_answered), 3) if new_answered else None})
         return out
