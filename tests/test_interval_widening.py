@@ -100,19 +100,25 @@ def test_far_programs_get_wider_intervals_and_the_corpus_stays_within_its_band()
     assert report["mean_scale"]["benches"] == pytest.approx(rule.scale(bench["distance"]).mean())
 
 
-def test_past_the_band_the_narrowest_rule_wins_not_the_one_a_few_rows_closer():
-    """The corpus is covered 96% before widening, so every rule leaves it above the band.
-    The far bench programs miss by 3x; a rule that grows from distance 2 covers them and
-    every corpus row, one that grows steeply from 6.35 covers them and leaves the corpus's
-    misses at distance 5 out (96%, closer to the band) but is over a quarter wider over the
-    programs as a whole: the narrowest is kept."""
+def past_the_band():
+    """Ten near bench libraries inside their interval, ten far ones (distance 10-19)
+    missing it 3x; the corpus's held-out rows covered 96% before widening, its misses
+    (1.02) at distance 5."""
     near = bench_frame([0.5] * 10, [f"near{i}" for i in range(10)], [2.0] * 10)
     far = bench_frame([3.0] * 10, [f"far{i}" for i in range(10)], np.arange(10, 20.0), bench="b")
-    bench = pd.concat([near, far], ignore_index=True)
     missing = np.arange(200) % 25 == 0
     corpus = pd.DataFrame({"ratio": np.where(missing, 1.02, 0.5),
                            "library": [f"c{i % 12}" for i in range(200)],
                            "distance": np.where(missing, 5.0, np.linspace(1.0, 20.0, 200))})
+    return pd.concat([near, far], ignore_index=True), corpus
+
+
+def test_past_the_band_the_narrowest_rule_wins_not_the_one_a_few_rows_closer():
+    """Every rule leaves the corpus above the band. A rule that grows from distance 2
+    covers the far programs and every corpus row; one that grows steeply from 6.35 covers
+    them and leaves the corpus's misses out (96%, closer to the band) but is over a
+    quarter wider over the programs as a whole: the narrowest is kept."""
+    bench, corpus = past_the_band()
     rule = widening.fit_rule(bench, corpus)
     assert (rule.onset, rule.power) == (2.0, 0.5) and rule.factor == pytest.approx(1.2792, abs=1e-4)
     assert widening.inside(bench, rule).mean() >= 0.9
@@ -122,6 +128,16 @@ def test_past_the_band_the_narrowest_rule_wins_not_the_one_a_few_rows_closer():
     assert widening.inside(corpus, closer).mean() == pytest.approx(0.96)
     everywhere = np.r_[bench["distance"], corpus["distance"]]
     assert closer.scale(everywhere).mean() > 1.25 * rule.scale(everywhere).mean()
+
+
+def test_the_card_says_how_the_rule_was_chosen():
+    from costmodel.training.evaluation.model_card import widening_section
+
+    phrase = "the narrowest over the bench programs and those held-out rows together"
+    past = " ".join(widening_section({"compile_seconds": widening.fit_widening(*past_the_band())}))
+    assert "1.28 x max(1, d / 2.0)^0.5" in past and phrase in past
+    within = " ".join(widening_section({"compile_seconds": widening.fit_widening(*far_misses())}))
+    assert "max(1, d / " in within and "no such rule" not in within
 
 
 def test_held_out_coverage_scores_each_library_against_a_rule_fitted_without_it():

@@ -77,7 +77,8 @@ def _widening_paragraph(widening: dict, name: str, measured: str) -> str:
         band = CORPUS_COVERAGE
         corpus = widening.get("leave_library_out_coverage", band[0])
         kept = ("" if band[0] <= corpus <= band[1] else
-                " (no such rule keeps them within it here: this one comes closest)")
+                " (no such rule keeps them within it here: this one is the narrowest over "
+                "the bench programs and those held-out rows together)")
         opening = (f"Programs far from every training row miss the held-out-library {name} "
                    f"interval above more often than near ones, so its log offsets are "
                    f"multiplied by {formula}, d a program's distance from the training rows "
