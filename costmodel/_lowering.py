@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from costmodel.features import Features, from_lowered
 
-_PLATFORM = {"cpu": "cpu", "gpu": "cuda"}
+_PLATFORM = {"cpu": "cpu", "gpu": "cuda", "tpu": "tpu"}
 
 
 def default_backend() -> str:
-    """The backend JAX would compile for here, as costmodel names it (cpu or gpu)."""
+    """The backend JAX would compile for here, as costmodel names it (cpu, gpu or tpu)."""
     import jax
 
-    return "gpu" if jax.default_backend() in ("gpu", "cuda", "rocm") else "cpu"
+    local = jax.default_backend()
+    if local in ("gpu", "cuda", "rocm"):
+        return "gpu"
+    return "tpu" if local == "tpu" else "cpu"
 
 
 def lower_for(traced, lowered, backend: str):
@@ -24,7 +27,7 @@ def lower_for(traced, lowered, backend: str):
     if lowered is not None:
         return None, lowered
     platform = _PLATFORM[backend]
-    local = "cpu" if default_backend() == "cpu" else "cuda"
+    local = _PLATFORM[default_backend()]
     if platform != local:
         try:
             return traced, traced.lower(lowering_platforms=(platform,))

@@ -8,12 +8,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-KNOWN_BACKENDS = ("cpu", "gpu")
-# Short names for the GPU targets we can compile for without a GPU.
+KNOWN_BACKENDS = ("cpu", "gpu", "tpu")
+# Short names for the accelerator targets we can compile for without the accelerator: GPU
+# target descriptions, and TPU chips (one chip of a deviceless topology, `tpu_target.py`).
 KNOWN_TARGETS = {
     "cpu": ("",),
     "gpu": ("h100", "a100", "h200"),
+    "tpu": ("v5e", "v5p", "v6e"),
 }
+DEFAULT_TARGETS = {"cpu": "", "gpu": "h100", "tpu": "v5e"}
 
 
 class UnknownTargetError(ValueError):
@@ -21,7 +24,7 @@ class UnknownTargetError(ValueError):
 
 
 def normalize(backend: str | None, target: str | None) -> tuple[str, str]:
-    """Validate and canonicalize (backend, target); defaults: cpu, and h100 for gpu.
+    """Validate and canonicalize (backend, target); defaults: cpu, h100 for gpu, v5e for tpu.
 
     Example:
         >>> normalize("GPU", None)
@@ -34,8 +37,8 @@ def normalize(backend: str | None, target: str | None) -> tuple[str, str]:
         raise UnknownTargetError(
             f"unknown backend {backend!r}; known backends: {', '.join(KNOWN_BACKENDS)}")
     target = (target or "").lower()
-    if backend == "gpu" and not target:
-        target = "h100"
+    if not target:
+        target = DEFAULT_TARGETS[backend]
     if target not in KNOWN_TARGETS[backend]:
         known = ", ".join(t or "''" for t in KNOWN_TARGETS[backend])
         raise UnknownTargetError(

@@ -32,7 +32,7 @@ from costmodel.api.predict import require_finite
 from costmodel.features import SCHEMA_VERSION, Features, from_stablehlo
 from costmodel.models import load
 
-PAIRS = "cpu, gpu/h100, gpu/a100, gpu/h200"
+PAIRS = "cpu, gpu/h100, gpu/a100, gpu/h200, tpu/v5e, tpu/v5p, tpu/v6e"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -216,8 +216,8 @@ CASES = {
     "unknown field": ({"stablehlo": "x", "model_path": "/tmp/evil"}, 400, BAD,
                       "unknown field(s): model_path; allowed: stablehlo, features, backend, "
                       "target"),
-    "unknown backend": ({"stablehlo": "x", "backend": "tpu"}, 400, BAD,
-                        f"unknown backend 'tpu'; known backends: cpu, gpu; known backend/target "
+    "unknown backend": ({"stablehlo": "x", "backend": "ipu"}, 400, BAD,
+                        f"unknown backend 'ipu'; known backends: cpu, gpu, tpu; known backend/target "
                         f"pairs: {PAIRS}"),
     "unknown target": ({"stablehlo": "x", "backend": "gpu", "target": "v100"}, 400, BAD,
                        f"unknown target 'v100' for backend 'gpu'; known targets: h100, a100, "
@@ -246,9 +246,9 @@ CASES = {
                            "unknown field(s): backend; allowed: instances"),
     "two problems": ({"stablehlo": 1, "backend": 2}, 400, BAD,
                      "stablehlo: must be a string, not a number (and 1 more problem)"),
-    "vector of another place": ({"features": {**feature_body()["features"], "backend": "tpu"}},
-                                400, BAD, f"features.unknown backend 'tpu'; known backends: "
-                                f"cpu, gpu; known backend/target pairs: {PAIRS}"),
+    "vector of another place": ({"features": {**feature_body()["features"], "backend": "ipu"}},
+                                400, BAD, f"features.unknown backend 'ipu'; known backends: "
+                                f"cpu, gpu, tpu; known backend/target pairs: {PAIRS}"),
 }
 
 
@@ -414,7 +414,7 @@ def test_config_from_environment_and_mapping(tmp_path):
 
 
 @pytest.mark.parametrize("bad", [{"MAX_CONTENT_LENGTH": 0}, {"RETRAIN_TOKEN": " "},
-                                 {"MODEL_PATHS": {("tpu", ""): "/m"}},
+                                 {"MODEL_PATHS": {("ipu", ""): "/m"}},
                                  {"HOLDOUT_FRACTION": 1.0}])
 def test_bad_config_is_refused(bad):
     with pytest.raises(ValueError):

@@ -308,9 +308,9 @@ def _dead_pid() -> int:
 
 def test_retrain_rejects_a_bad_scope(tmp_path, wrong_model):
     app, client = _client(tmp_path, wrong_model)
-    response = client.post("/v1/retrain", headers=bearer(), json={"backend": "tpu"})
+    response = client.post("/v1/retrain", headers=bearer(), json={"backend": "ipu"})
     assert response.status_code == 400
-    assert response.json["description"].startswith("unknown backend 'tpu'")
+    assert response.json["description"].startswith("unknown backend 'ipu'")
     response = client.post("/v1/retrain", headers=bearer(), data="x",
                            content_type="text/plain")
     assert response.status_code == 415

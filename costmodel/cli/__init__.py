@@ -20,11 +20,11 @@ from .training_commands import (
 
 
 def _gpu_targets_help(targets) -> str:
-    return f"GPU target, implies --backend gpu: {', '.join(targets)}"
+    return f"accelerator target, implies its backend (gpu or tpu): {', '.join(targets)}"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from costmodel.features.environment import KNOWN_TARGETS
+    from costmodel.features.environment import KNOWN_BACKENDS, KNOWN_TARGETS
 
     parser = Parser(prog="costmodel", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -36,15 +36,16 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     def measuring_target(p):  # any target costmodel can compile for
-        p.add_argument("--backend", default=None, choices=["cpu", "gpu"],
-                       help="backend (default: gpu with --target, else cpu)")
-        p.add_argument("--target", default=None, help=_gpu_targets_help(KNOWN_TARGETS["gpu"]))
+        p.add_argument("--backend", default=None, choices=list(KNOWN_BACKENDS),
+                       help="backend (default: the one --target belongs to, else cpu)")
+        p.add_argument("--target", default=None,
+                       help=_gpu_targets_help(KNOWN_TARGETS["gpu"] + KNOWN_TARGETS["tpu"]))
 
     p = add("demo", cmd_demo, "predict, advise and compile a few example programs")
     p.add_argument("--no-compile", action="store_true", help="predict only")
     p.add_argument("--budget", type=seconds, default=1.0, help="compile budget in seconds")
 
-    shipped_gpu = [t for b, t in shipped_models() if b == "gpu"]
+    shipped_gpu = [t for b, t in shipped_models() if b != "cpu"]
     for name, func, help_text in (("predict", cmd_predict, "predict compile time and memory"),
                                   ("advise", cmd_advise, "should I split this jit?"),
                                   ("blame", cmd_blame,
@@ -54,9 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
                                         "current folder are found)")
         p.add_argument("--arg", action="append", default=[],
                        help="an argument as DTYPE[dims], e.g. f32[1024,1024]; repeat per arg")
-        p.add_argument("--backend", default=None, choices=["cpu", "gpu"],
-                       help="backend (default: the --model's, gpu with --target, else JAX's "
-                            "default here)")
+        p.add_argument("--backend", default=None, choices=list(KNOWN_BACKENDS),
+                       help="backend (default: the --model's, the one --target belongs to, "
+                            "else JAX's default here)")
         p.add_argument("--target", default=None,
                        help=_gpu_targets_help(shipped_gpu) + " (others need --model)")
         p.add_argument("--model", default=None,
@@ -109,6 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "where it has no GPU (rows say `deviceless`), not only on workers "
                         "declaring gpu=1")
     p.add_argument("--retry-errors", action="store_true", help="re-measure error rows")
+    p.add_argument("--programs-of", nargs="*", default=[],
+                   help="measure the programs of these datasets' ok rows (cheapest first) "
+                        "instead of the corpus: the same programs on another backend")
+    p.add_argument("--max-repeats", type=count, default=3,
+                   help="timed compiles per program (fewer for long ones)")
+    p.add_argument("--no-phases", action="store_true",
+                   help="skip the profiled compile that gives the per-phase columns")
 
     p = add("train", cmd_train, "fit a model from dataset files and write an artifact")
     p.add_argument("--data", nargs="+", required=True,

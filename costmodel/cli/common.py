@@ -75,13 +75,16 @@ def shipped_models() -> list[tuple[str, str]]:
 
 
 def backend_and_target(backend: str | None, target: str | None) -> tuple[str, str]:
-    """Validated (backend, target): a target alone means the GPU backend."""
+    """Validated (backend, target): a target alone means the backend it belongs to."""
     from costmodel.features import normalize_target
+    from costmodel.features.environment import KNOWN_TARGETS
 
+    owner = next((b for b, targets in KNOWN_TARGETS.items() if target and target.lower() in targets),
+                 "gpu")
     if target and backend == "cpu":
-        raise UsageError(f"--target {target} is a GPU target: use it with --backend gpu "
-                         "(CPU models have no target)")
-    return normalize_target(backend or ("gpu" if target else "cpu"), target)
+        raise UsageError(f"--target {target} is a {owner.upper()} target: use it with --backend "
+                         f"{owner} (CPU models have no target)")
+    return normalize_target(backend or (owner if target else "cpu"), target)
 
 
 def model_placement(args) -> tuple[str | None, str | None]:

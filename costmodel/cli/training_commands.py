@@ -26,7 +26,8 @@ def cmd_sweep(args) -> int:
         memory_limit=int(args.memory_limit_gb * 2**30), limit=args.limit,
         modules=tuple(args.module), dask_address=args.dask, retry_errors=args.retry_errors,
         allow_concurrent=args.allow_concurrent, any_worker=args.any_worker,
-        progress=not args.json)
+        progress=not args.json, programs_of=tuple(args.programs_of),
+        max_repeats=args.max_repeats, trace_phases=not args.no_phases)
     try:
         summary = run_sweep(config)
     except ClusterRefused as exc:  # the cluster's set-up, not a fault of the sweep

@@ -20,7 +20,10 @@ def configure(spec: dict) -> None:
     os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
     if spec.get("cpus"):  # before the backend starts: XLA sizes its threads by them
         os.sched_setaffinity(0, spec["cpus"])
-    if spec.get("backend", "cpu") == "cpu":
+    backend = spec.get("backend", "cpu")
+    # TPU sweeps compile deviceless (libtpu's topology needs no chip); only bench scripts
+    # that ask for the chip (`on_device`) let JAX open it
+    if backend == "cpu" or (backend == "tpu" and not spec.get("on_device")):
         os.environ["JAX_PLATFORMS"] = "cpu"
     else:
         os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")

@@ -82,7 +82,7 @@ class CompileEvents:
 
 @dataclass
 class Placement:
-    """Where programs compile: CPU, a local GPU, or a deviceless GPU target."""
+    """Where programs compile: CPU, a local GPU or TPU, or a deviceless GPU or TPU target."""
 
     backend: str
     target: str
@@ -123,6 +123,11 @@ class Placement:
 def placement(backend: str, target: str) -> Placement:
     if backend == "cpu":
         return Placement("cpu", "")
+    if backend == "tpu":
+        from .tpu_target import tpu_sharding
+
+        sharding, deviceless = tpu_sharding(target)
+        return Placement("tpu", target, sharding, deviceless)
     from .gpu_target import gpu_sharding
 
     sharding, deviceless = gpu_sharding(target)

@@ -51,6 +51,10 @@ class SweepConfig:
     any_worker: bool = False  # GPU backend on dask: also workers without a GPU (deviceless)
     progress: bool = True
     retry_errors: bool = False
+    # measure the programs of these dataset rows (ok rows, registered families) instead of
+    # the corpus: pairs of one program on two backends
+    programs_of: tuple[str, ...] = ()
+    trace_phases: bool = True
 
 
 @dataclass
@@ -78,7 +82,10 @@ def plan(config: SweepConfig) -> tuple[list[tuple[str, dict]], int]:
         import_module_or_file(module)
     from .. import corpus
 
-    programs = corpus.programs(config.families)
+    if config.programs_of:
+        programs = programs_of(config.programs_of, config.families)
+    else:
+        programs = corpus.programs(config.families)
     random.Random(config.seed).shuffle(programs)
     if config.limit is not None:
         programs = programs[:config.limit]
@@ -89,15 +96,34 @@ def plan(config: SweepConfig) -> tuple[list[tuple[str, dict]], int]:
     return todo, len(programs) - len(todo)
 
 
+def programs_of(paths, families=None) -> list[tuple[str, dict]]:
+    """(family, params) of the ok rows in the datasets at `paths` whose family is registered
+    (and in `families` when given), each once, in the order of their compile seconds (the
+    sweep shuffles them as it does the corpus)."""
+    import json
+
+    from .. import corpus
+
+    rows = dataset.load(list(paths))
+    rows = rows[rows["status"] == "ok"].sort_values("compile_seconds", kind="stable")
+    known = set(corpus.FAMILIES) if families is None else set(families) & set(corpus.FAMILIES)
+    seen, out = set(), []
+    for family, params in zip(rows["family"], rows["params"]):
+        if family in known and (family, params) not in seen:
+            seen.add((family, params))
+            out.append((family, json.loads(params)))
+    return out
+
+
 def measure_program(family: str, params: dict, backend: str, target: str, timeout: float,
                     memory_limit: int, max_repeats: int, modules: tuple[str, ...] = (),
-                    cpus: tuple[int, ...] | None = None) -> dict:
+                    cpus: tuple[int, ...] | None = None, trace_phases: bool = True) -> dict:
     """Measure one program in a fresh process and return its dataset row (any status).
 
     With `cpus`, the measurement process runs on those CPUs only, and the row says so.
     """
     spec = {"family": family, "params": params, "backend": backend, "target": target,
-            "max_repeats": max_repeats, "modules": list(modules)}
+            "max_repeats": max_repeats, "modules": list(modules), "trace_phases": trace_phases}
     env = environment()
     if cpus:
         spec["cpus"] = list(cpus)
@@ -178,7 +204,8 @@ def run_sweep(config: SweepConfig) -> SweepSummary:
                     timeout = min(config.timeout, left)
                     future = pool.submit(measure_program, family, params, config.backend,
                                          config.target, timeout, config.memory_limit,
-                                         config.max_repeats, tuple(config.modules))
+                                         config.max_repeats, tuple(config.modules), None,
+                                         config.trace_phases)
                     in_flight[future] = timeout
                 if not in_flight:
                     break
