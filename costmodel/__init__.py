@@ -13,6 +13,7 @@ from ._advise import advise_features as advise_features
 from ._blame import Blame as Blame
 from ._blame import Region as Region
 from ._blame import blame_stablehlo as blame_stablehlo
+from ._explain import Effect as Effect
 from ._guard import CompileBudgetExceeded as CompileBudgetExceeded
 from ._guard import CompileBudgetWarning as CompileBudgetWarning
 from ._guard import jit as jit
@@ -30,7 +31,7 @@ from ._stage import profile as profile
 __version__ = "0.1.0"
 
 __all__ = [
-    "Advice", "Alternative", "Blame", "CompileBudgetExceeded", "CompileBudgetWarning",
+    "Advice", "Alternative", "Blame", "CompileBudgetExceeded", "CompileBudgetWarning", "Effect",
     "Prediction", "Region", "Stage", "advise", "advise_features", "blame", "blame_stablehlo",
     "jit", "lower", "predict", "predict_features", "predict_stablehlo", "profile", "record",
 ]

@@ -45,6 +45,7 @@ from ._predict import Prediction, _fmt_bytes, _fmt_seconds, predict_features
 
 FIXED = "(fixed cost of any compile)"
 SHARED = "(shared by several regions)"
+_COLUMNS = ("source", "seconds", "share", "memory", "function")
 # Model inputs that are no sum over ops but grow with the program, and the power of the
 # share of its inlined ops left that each keeps without a region: counts of fusions,
 # values and chains shrink with the ops, a square of one sequence's kernels (most
@@ -68,6 +69,11 @@ class Region:
     share: float  # of the predicted compile seconds
     peak_memory_bytes: float
     ops: float
+
+    def cells(self) -> tuple[str, str, str, str, str]:
+        """The region as the blame table shows it (`_COLUMNS`)."""
+        return (self.source, _fmt_seconds(self.seconds), f"{self.share:.1%}",
+                _fmt_bytes(self.peak_memory_bytes), self.name)
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "name": self.name, "seconds": self.seconds,
@@ -98,16 +104,19 @@ class Blame:
     def html(self) -> str:
         """A self-contained page with the call tree as an icicle chart."""
         return icicle_html(self.tree, f"costmodel blame: predicted compile "
-                                      f"{_fmt_seconds(self.compile_seconds)}")
+                                      f"{_fmt_seconds(self.compile_seconds)}",
+                           table=(_COLUMNS, [r.cells() for r in self.regions]))
 
     def __str__(self) -> str:
+        # nothing is cut: file:line's column is as wide as the longest, and the function,
+        # whose qualified name can run long, comes last
+        wide = max([len(_COLUMNS[0]), *(len(r.source) for r in self.regions)])
         lines = [f"predicted compile {_fmt_seconds(self.compile_seconds)}, host memory "
                  f"{_fmt_bytes(self.peak_memory_bytes)} ({self.prediction.backend}"
-                 f"{'/' + self.prediction.target if self.prediction.target else ''})",
-                 f"{'source':<32} {'function':<24} {'seconds':>9} {'share':>6} {'memory':>9}"]
-        for r in self.regions:
-            lines.append(f"{r.source[-32:]:<32} {r.name[-24:]:<24} {_fmt_seconds(r.seconds):>9} "
-                         f"{r.share:>6.1%} {_fmt_bytes(r.peak_memory_bytes):>9}")
+                 f"{'/' + self.prediction.target if self.prediction.target else ''})"]
+        for row in [_COLUMNS, *(r.cells() for r in self.regions)]:
+            source, seconds, share, memory, name = row
+            lines.append(f"{source:<{wide}} {seconds:>9} {share:>6} {memory:>9}  {name}".rstrip())
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:

@@ -101,11 +101,39 @@ def trace_events(root: Node) -> dict[str, Any]:
 
 
 WIDTH, ROW = 1200, 22
+# Bar labels are set in a 12 px monospace font, whose characters are 0.6 em wide in the
+# common ones (DejaVu, Liberation, Courier): a label is cut to what its bar holds.
+FONT_PX, CHAR_PX, PAD_PX = 12, 7.4, 3
 
 
-def icicle_html(root: Node, title: str) -> str:
+def clip(text: str, chars: int) -> str:
+    """`text` cut from the right to `chars` characters, an ellipsis marking the cut."""
+    if len(text) <= chars:
+        return text
+    return text[:chars - 1] + "…" if chars > 1 else ""
+
+
+def bar_label(node: Node, share: float, chars: int) -> str:
+    """What a bar `chars` characters wide says: its share of the whole, then its file:line
+    whole (or not at all), then as much of its function's name as fits, cut from the
+    right; "" when not even the share fits."""
+    parts = [f"{share:.1%}" if share < 0.095 else f"{share:.0%}"]  # 9.5%+ rounds to 2 digits
+    if len(parts[0]) > chars:
+        return ""
+    source = node.source if node.source and node.source != node.name else ""
+    if source and len(parts[0]) + 1 + len(source) <= chars:
+        parts.append(source)
+    room = chars - len(" ".join(parts)) - 1
+    if room >= min(len(node.name), 4):  # a name cut shorter than that tells nothing
+        parts.append(clip(node.name, room))
+    return " ".join(parts)
+
+
+def icicle_html(root: Node, title: str,
+                table: tuple[tuple[str, ...], list[tuple[str, ...]]] | None = None) -> str:
     """A self-contained page: the call tree as an icicle chart (SVG, no scripts); each
-    rectangle's width is its node's predicted compile seconds, its tooltip the figures."""
+    rectangle's width is its node's predicted compile seconds, its label its share and
+    source line, its tooltip the figures. `table` (a header and rows) is shown below."""
     rects: list[str] = []
     depth_max = [0]
     total = max(root.seconds, 1e-12)
@@ -117,15 +145,16 @@ def icicle_html(root: Node, title: str) -> str:
             return
         y = depth * ROW
         hue = zlib.crc32((node.source or node.name).encode()) % 360  # stable across runs
-        label = _label(node)
-        tip = (f"{label}: {node.seconds:.3g} s predicted "
-               f"({node.seconds / total:.1%}), host memory {node.peak_memory_bytes / 1e6:.3g} MB")
+        share = node.seconds / total
+        tip = (f"{_label(node)}: {node.seconds:.3g} s predicted ({share:.1%}), "
+               f"host memory {node.peak_memory_bytes / 1e6:.3g} MB")
+        label = bar_label(node, share, int((width - 2 * PAD_PX) // CHAR_PX))
         rects.append(
             f'<g><title>{html.escape(tip)}</title>'
             f'<rect x="{x:.2f}" y="{y}" width="{width:.2f}" height="{ROW - 2}" '
             f'fill="hsl({hue},60%,70%)" stroke="#fff"/>'
-            + (f'<text x="{x + 3:.2f}" y="{y + 15}" font-size="12">'
-               f'{html.escape(label[: int(width // 7)])}</text>' if width > 40 else "")
+            + (f'<text x="{x + PAD_PX:.2f}" y="{y + 15}">{html.escape(label)}</text>'
+               if label else "")
             + "</g>")
         offset = x
         for child in node.ordered():
@@ -135,11 +164,27 @@ def icicle_html(root: Node, title: str) -> str:
     draw(root, 0.0, 0)
     height = (depth_max[0] + 1) * ROW
     return ("<!doctype html><html><head><meta charset='utf-8'>"
-            f"<title>{html.escape(title)}</title></head><body style='font-family:sans-serif'>"
+            f"<title>{html.escape(title)}</title><style>body{{font-family:sans-serif}} "
+            f"#icicle text{{font-family:monospace;font-size:{FONT_PX}px;fill:#000}} "
+            "table{border-collapse:collapse;margin-top:1em} "
+            "td,th{padding:2px 10px;text-align:left} td.n,th.n{text-align:right} "
+            "tr:nth-child(even){background:#f2f2f2}</style></head><body>"
             f"<h2>{html.escape(title)}</h2><p>Width: predicted compile seconds; rows: the "
-            "call stack, the program on top. Hover for figures.</p>"
+            "call stack, the program on top. Each bar: its share, its file:line, its "
+            "function; hover for figures.</p>"
             f"<svg id='icicle' xmlns='http://www.w3.org/2000/svg' width='{WIDTH}' "
-            f"height='{height}'>{''.join(rects)}</svg></body></html>")
+            f"height='{height}'>{''.join(rects)}</svg>"
+            f"{_table_html(*table) if table else ''}</body></html>")
+
+
+def _table_html(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    """A plain table; the columns between the first and the last hold numbers
+    (right-aligned)."""
+    def cells(tag: str, values: tuple[str, ...]) -> str:
+        return "".join(f"<{tag}{' class=n' if 0 < i < len(values) - 1 else ''}>"
+                       f"{html.escape(v)}</{tag}>" for i, v in enumerate(values))
+    body = "".join(f"<tr>{cells('td', row)}</tr>" for row in rows)
+    return f"<table id='regions'><tr>{cells('th', header)}</tr>{body}</table>"
 
 
 def _label(node: Node) -> str:

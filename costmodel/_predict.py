@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from costmodel.features import (
-    MODEL_FEATURES,
     Features,
     Placement,
     from_stablehlo,
     normalize_target,
 )
+
+from ._explain import Effect, effects
 
 
 def _fmt_seconds(s: float) -> str:
@@ -88,23 +89,19 @@ class Prediction:
             "distance_from_training": self.distance_from_training,
         }
 
-    def explain(self, top: int = 5) -> list[tuple[str, float]]:
-        """The features that drive this prediction, most influential first.
+    def explain(self, top: int = 5) -> list[Effect]:
+        """What drives this prediction: for each quantity of the program the model reads,
+        what halving it would do to the predicted compile time (`Effect.factor`: 0.6 means
+        40% faster), largest effect first. Effects the model cannot justify (a halving
+        that predicts a slower compile) and those under 1% are left out (`_explain`).
 
-        For each non-zero model input, the factor by which the predicted compile time
-        changes when that input is halved (0.6 means halving it saves 40%).
+        Example:
+            >>> for effect in costmodel.predict(f, x).explain(top=3):
+            ...     print(effect)
         """
         if self.features is None or self._artifact is None:
             raise ValueError("this prediction carries no features to explain")
-        base = self.features.model_inputs()
-        names = [n for n in MODEL_FEATURES if base[n] != 0]
-        if not names:
-            return []
-        variants = [base] + [{**base, n: base[n] / 2.0} for n in names]
-        points = self._artifact.predict(variants)["compile_seconds"]["point"]
-        ratios = [(n, float(points[i + 1] / points[0])) for i, n in enumerate(names)]
-        ratios.sort(key=lambda item: -abs(math.log(max(item[1], 1e-12))))
-        return ratios[:top]
+        return effects(self.features.model_inputs(), self._artifact, top)
 
 
 def load_model(model):

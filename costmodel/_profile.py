@@ -21,6 +21,9 @@ from ._blame_views import Node, icicle_html
 from ._predict import Prediction, _fmt_seconds
 
 PART_NAMES = {"hlo": "HLO passes", "backend": "backend (codegen, LLVM)", "other": "the rest"}
+# A pass is named as slow only from this long: shorter ones print as "0 ms", which
+# says nothing about where the time went.
+MEASURABLE_SECONDS = 0.001
 
 
 class CacheHit(RuntimeError):
@@ -48,9 +51,12 @@ class Profile:
                      f"{predicted / self.prediction.compile_seconds:>6.1%}")
             lines.append(f"{PART_NAMES[part]:<26} {_fmt_seconds(seconds):>9} "
                          f"{seconds / self.compile_seconds:>6.1%} {guess}")
-        if self.passes:
+        slow = {name: s for name, s in self.passes.items() if s >= MEASURABLE_SECONDS}
+        if slow:
             lines.append("slowest HLO passes: " + ", ".join(
-                f"{name} {_fmt_seconds(s)}" for name, s in self.passes.items()))
+                f"{name} {_fmt_seconds(s)}" for name, s in slow.items()))
+        elif self.passes:
+            lines.append(f"no HLO pass took {_fmt_seconds(MEASURABLE_SECONDS)} or more")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:

@@ -258,3 +258,18 @@ def test_the_icicle_page_draws_one_rectangle_per_visible_node():
     assert page.startswith("<!doctype html>") and "<script" not in page
     assert page.count("<rect") >= 4 and "helper" in page
     assert 'id=\'icicle\'' in page
+
+
+def test_the_text_table_cuts_no_file_line_and_no_function_name():
+    def step_whose_name_runs_past_any_column_width(x, w):
+        return jnp.sum(helper(x, w))
+
+    blame = costmodel.blame(step_whose_name_runs_past_any_column_width, X, W)
+    lines = str(blame).splitlines()
+    assert lines[1].split() == ["source", "seconds", "share", "memory", "function"]
+    rows = {line.split()[0]: line for line in lines[2:]}
+    loop = rows[_line(helper, "jnp.tanh")]
+    assert loop.endswith("  helper")
+    caller = rows[_line(step_whose_name_runs_past_any_column_width, "helper(x, w)")]
+    assert caller.endswith("  test_the_text_table_cuts_no_file_line_and_no_function_name."
+                           "<locals>.step_whose_name_runs_past_any_column_width")

@@ -253,3 +253,124 @@ def _dead_pid() -> int:
     child = subprocess.Popen(["true"])
     child.wait()
     return child.pid
+
+
+# the user's own exception: one line with their frame, exit 2 -----------------------
+RAISING = ("import jax.numpy as jnp\n\n\n"
+           "def check(y):\n"
+           "    raise ValueError(f'bad width {y.shape[1]}')\n\n\n"
+           "def boom(x, w):\n"
+           "    return check(x @ w)\n")
+
+
+@pytest.fixture
+def raising(tmp_path, monkeypatch):
+    (tmp_path / "mine.py").write_text(RAISING)
+    monkeypatch.chdir(tmp_path)
+    return ["predict", "mine.py:boom", "--arg", "f32[32,64]", "--arg", "f32[64,64]"]
+
+
+def test_a_users_exception_is_one_line_with_their_frame(raising, capsys):
+    said = wrong_use(capsys, raising)
+    assert said == ("costmodel predict: mine.py:5 in check: ValueError: bad width 64 "
+                    "(--debug for the traceback)\n")
+
+
+def test_debug_shows_the_users_exception_itself(raising):
+    with pytest.raises(ValueError, match="bad width 64") as info:
+        cli.main([*raising, "--debug"])
+    frames = [(f.filename, f.lineno) for f in traceback_frames(info.value)]
+    assert frames[-1][1] == 5 and frames[-1][0].endswith("mine.py")
+    assert any(f.endswith("_stage.py") for f, _ in frames)  # costmodel's frames shown too
+
+
+def traceback_frames(exc):
+    import traceback
+
+    return traceback.extract_tb(exc.__traceback__)
+
+
+def test_a_shape_error_inside_the_users_function_is_one_line(prog, capsys):
+    said = wrong_use(capsys, ["predict", f"{prog}:fn", "--arg", "f32[]", "--arg", "f32[16,16]"])
+    assert said.startswith("costmodel predict: the function does not trace with these --args: "
+                           "ValueError: matmul input operand 0 must have ndim at least 1")
+    assert said.endswith("(at cli_prog.py:4 in fn)\n")
+
+
+def test_a_module_that_raises_on_import_is_one_line(tmp_path, monkeypatch, capsys):
+    (tmp_path / "broken.py").write_text("import os\nos.environ['NO_SUCH_KEY_57']\n")
+    monkeypatch.chdir(tmp_path)
+    said = wrong_use(capsys, ["advise", "broken.py:f", "--arg", "f32[3]"])
+    assert said.startswith("costmodel advise: broken.py:2 in <module>: KeyError: 'NO_SUCH_KEY_57'")
+
+
+# --target: what ships, never a backend the user did not name ------------------------
+def test_an_unknown_target_names_the_placements_that_have_models(prog, capsys):
+    from costmodel.cli.common import known_placements, shipped_models, where_label
+
+    said = wrong_use(capsys, ["predict", f"{prog}:fn", *ARGS, "--target", "tpu"])
+    assert said.startswith("costmodel predict: unknown target 'tpu'; models ship for ")
+    assert "backend 'gpu'" not in said and "--backend" not in said.split(";")[0]
+    offered, _, without = said.partition("; known, but no model ships for ")
+    shipped = [where_label(*s) for s in shipped_models()]
+    missing = [where_label(*k) for k in known_placements() if k not in shipped_models()]
+    assert offered.split("models ship for ")[1].split(", ") == shipped
+    assert "cpu" in shipped and "gpu/h100" in shipped
+    assert "gpu/a100" in missing and "gpu/h200" in missing
+    assert without.split(" (")[0].split(", ") == missing
+    # the backend the user did name is the one the message names
+    said = wrong_use(capsys, ["predict", f"{prog}:fn", *ARGS, "--backend", "gpu", "--target",
+                              "tpu"])
+    assert "unknown target 'tpu' for --backend gpu; models ship for " in said
+
+
+def test_a_measuring_command_offers_every_known_target(capsys):
+    from costmodel.cli.common import known_placements, where_label
+
+    said = wrong_use(capsys, ["sweep", "--out", "x", "--target", "tpu"])
+    known = [where_label(b, t) for b, t in known_placements() if t]
+    assert {"gpu/h100", "gpu/a100", "gpu/h200"} <= set(known)
+    assert said == f"costmodel sweep: unknown target 'tpu'; known targets: {', '.join(known)}\n"
+
+
+# --help, --explain, a closed pipe ----------------------------------------------------
+COMMANDS = {"demo", "predict", "advise", "blame", "profile", "sweep", "train", "evaluate",
+            "calibrate", "serve", "retrain-worker", "export", "convert-model"}
+
+
+def test_top_level_help_lists_every_command(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--help"])
+    assert info.value.code == 0
+    text = capsys.readouterr().out
+    listed = {line.split()[0] for line in text.split("commands:")[1].splitlines()
+              if line.startswith("    ") and not line.startswith("     ")}
+    assert listed == COMMANDS
+    assert set(cli.build_parser()._subparsers._group_actions[0].choices) == COMMANDS
+
+
+def test_explain_prints_each_effect_as_the_library_words_it(prog, capsys):
+    import costmodel
+
+    assert cli.main(["predict", f"{prog}:fn", *ARGS, "--explain", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["explain"]
+    assert cli.main(["predict", f"{prog}:fn", *ARGS, "--explain"]) == 0
+    lines = capsys.readouterr().out.splitlines()[1:]
+    x, w = (jnp.zeros(s, jnp.float32) for s in ((8, 16), (16, 16)))
+    effects = costmodel.predict(sys.modules["cli_prog"].fn, x, w).explain()
+    assert effects and lines == [f"  {effect}" for effect in effects]
+    assert shown == [effect.to_dict() for effect in effects]
+    assert all(e["factor"] < 0.99 for e in shown)
+
+
+def test_a_closed_pipe_ends_the_command_quietly(prog):
+    import os
+    import subprocess
+
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written (`| head` done early)
+    child = subprocess.run([sys.executable, "-m", "costmodel.cli", "predict", f"{prog}:fn",
+                            *ARGS, "--json"], stdout=write, stderr=subprocess.PIPE, text=True,
+                           timeout=120)
+    os.close(write)
+    assert child.stderr == "" and child.returncode == 141

@@ -1,5 +1,7 @@
 """predict, advise and the jit guard, on the shipped default CPU model (record: test_record_train.py)."""
 
+from dataclasses import FrozenInstanceError
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -77,12 +79,41 @@ def test_predict_accepts_lowered_and_matches_stablehlo_path():
     assert c.compile_seconds == a.compile_seconds
 
 
-def test_explain_names_real_features():
+def test_explain_gives_records_of_what_halving_a_quantity_does():
     p = costmodel.predict(unrolled(100), X, W)
     top = p.explain(top=3)
-    assert len(top) == 3
-    assert all(name in costmodel.features.MODEL_FEATURES for name, _ in top)
-    assert abs(np.log(top[0][1])) >= abs(np.log(top[-1][1]))
+    assert len(top) == 3 and all(isinstance(e, costmodel.Effect) for e in top)
+    assert all(e.feature in costmodel.features.MODEL_FEATURES for e in top)
+    assert [e.factor for e in top] == sorted(e.factor for e in top)  # largest effect first
+    ops = next(e for e in p.explain(top=50) if e.feature == "hlo_ops_inlined")
+    assert (ops.value, ops.changed_to) == (p.features["hlo_ops_inlined"],
+                                          p.features["hlo_ops_inlined"] / 2)
+    halved = {**p.features.model_inputs(), "hlo_ops_inlined": ops.changed_to}
+    alone = p._artifact.predict([p.features.model_inputs(), halved])["compile_seconds"]["point"]
+    assert ops.factor == pytest.approx(alone[1] / alone[0])
+    assert str(ops) == (f"compile ×{ops.factor:.2f} from halving ops once every call is "
+                        f"inlined (an unrolled Python loop repeats them): {ops.value:g} → "
+                        f"{ops.changed_to:g} [hlo_ops_inlined]")
+    assert repr(ops).startswith("Effect(halving hlo_ops_inlined ")
+    with pytest.raises(FrozenInstanceError):
+        ops.factor = 0.5
+
+
+def test_explain_leaves_out_what_the_model_cannot_justify():
+    p = costmodel.predict(unrolled(100), X, W)
+    inputs = p.features.model_inputs()
+    names = [n for n in costmodel.features.MODEL_FEATURES if inputs[n] != 0]
+    rows = [inputs] + [{**inputs, n: inputs[n] / 2} for n in names]
+    points = p._artifact.predict(rows)["compile_seconds"]["point"]
+    raw = {n: points[i + 1] / points[0] for i, n in enumerate(names)}
+    slower = {n for n, f in raw.items() if f > 1.0}
+    assert "op_tanh" in slower  # fewer tanh ops, as many ops: the model predicts slower
+    fractional = {n for n in names if inputs[n] < 2}  # halved, no whole op or kernel left
+    assert fractional
+    shown = {e.feature for e in p.explain(top=len(names))}
+    assert shown and not shown & (slower | fractional)
+    assert all(raw[n] <= 0.99 for n in shown)
+    assert shown == {n for n, f in raw.items() if f <= 0.99} - fractional
 
 
 def test_advice_on_unrolled_500_step_loop_recommends_scan_far_cheaper():

@@ -47,3 +47,33 @@ def test_cli_profile_prints_the_parts(tmp_path, monkeypatch, capsys):
 
     out = json.loads(capsys.readouterr().out)
     assert out["compile_seconds"] == pytest.approx(sum(out["parts"].values()))
+
+
+def _profile_with(passes: dict) -> str:
+    from costmodel._profile import Profile
+
+    prediction = costmodel.predict(program, X, W)
+    return str(Profile(0.2, {"hlo": 0.05, "backend": 0.1, "other": 0.05}, passes, prediction))
+
+
+def test_only_passes_that_took_measurable_time_are_named():
+    text = _profile_with({"fusion": 0.0123, "copy-insertion": 0.0004, "cse": 0.001})
+    assert text.splitlines()[-1] == "slowest HLO passes: fusion 12 ms, cse 1 ms"
+    text = _profile_with({"copy-insertion": 0.0004, "layout-assignment": 0.0009})
+    assert text.splitlines()[-1] == "no HLO pass took 1 ms or more"
+    assert "HLO passes" not in _profile_with({}).splitlines()[-1]
+
+
+def test_cli_profile_names_no_pass_it_did_not_measure(tmp_path, monkeypatch, capsys):
+    (tmp_path / "small_mlp.py").write_text(
+        "import jax\nimport jax.numpy as jnp\n\n"
+        "def step(w, x):\n    return jnp.sum(jax.nn.relu(x @ w) ** 2)\n")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["profile", "small_mlp.py:step", "--arg", "f32[16,16]",
+                     "--arg", "f32[4,16]"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    if last.startswith("slowest HLO passes: "):
+        for named in last.removeprefix("slowest HLO passes: ").split(", "):
+            assert not named.endswith(" 0 ms"), last
+    else:
+        assert last == "no HLO pass took 1 ms or more"

@@ -1,12 +1,23 @@
-"""The `costmodel` command: demo, predict, advise, sweep, train, evaluate, calibrate, serve,
-retrain-worker."""
+"""The `costmodel` command: predict the compile time and memory of JAX programs before
+compiling them, and measure, train and serve the models that do it. `costmodel COMMAND
+--help` describes each command."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from .common import Parser, UsageError, count, port, positive, seconds, shipped_models
+from .common import (
+    Parser,
+    UsageError,
+    count,
+    known_placements,
+    port,
+    positive,
+    seconds,
+    shipped_models,
+)
 from .program_commands import cmd_advise, cmd_blame, cmd_demo, cmd_predict, cmd_profile
 from .serve_commands import cmd_retrain_worker, cmd_serve
 from .training_commands import (
@@ -17,35 +28,40 @@ from .training_commands import (
     cmd_sweep,
     cmd_train,
 )
+from .user_code import UserCodeError
 
 
-def _gpu_targets_help(targets) -> str:
-    return f"accelerator target, implies its backend (gpu or tpu): {', '.join(targets)}"
+def _targets_help(placements) -> str:
+    """`h100 (gpu), ...`: the targets among `placements` and the backend each implies."""
+    return ", ".join(f"{t} ({b})" for b, t in placements if t)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from costmodel.features.environment import KNOWN_BACKENDS, KNOWN_TARGETS
+    from costmodel.features.environment import KNOWN_BACKENDS
 
     parser = Parser(prog="costmodel", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                title="commands")
 
     def add(name, func, help_text):
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.add_argument("--debug", action="store_true",
+                       help="a failure shows its whole traceback, costmodel's frames included")
         p.set_defaults(func=func)
         return p
 
     def measuring_target(p):  # any target costmodel can compile for
-        p.add_argument("--backend", default=None, choices=list(KNOWN_BACKENDS),
-                       help="backend (default: the one --target belongs to, else cpu)")
+        p.add_argument("--backend", default=None, choices=KNOWN_BACKENDS,
+                       help="backend (default: the --target's, else cpu)")
         p.add_argument("--target", default=None,
-                       help=_gpu_targets_help(KNOWN_TARGETS["gpu"] + KNOWN_TARGETS["tpu"]))
+                       help="target, implies its backend: " + _targets_help(known_placements()))
 
     p = add("demo", cmd_demo, "predict, advise and compile a few example programs")
     p.add_argument("--no-compile", action="store_true", help="predict only")
     p.add_argument("--budget", type=seconds, default=1.0, help="compile budget in seconds")
 
-    shipped_gpu = [t for b, t in shipped_models() if b != "cpu"]
+    shipped = shipped_models()
     for name, func, help_text in (("predict", cmd_predict, "predict compile time and memory"),
                                   ("advise", cmd_advise, "should I split this jit?"),
                                   ("blame", cmd_blame,
@@ -55,11 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
                                         "current folder are found)")
         p.add_argument("--arg", action="append", default=[],
                        help="an argument as DTYPE[dims], e.g. f32[1024,1024]; repeat per arg")
-        p.add_argument("--backend", default=None, choices=list(KNOWN_BACKENDS),
-                       help="backend (default: the --model's, the one --target belongs to, "
-                            "else JAX's default here)")
+        p.add_argument("--backend", default=None, choices=KNOWN_BACKENDS,
+                       help="backend (default: the --model's, the --target's, else JAX's "
+                            "default here)")
         p.add_argument("--target", default=None,
-                       help=_gpu_targets_help(shipped_gpu) + " (others need --model)")
+                       help="target with a shipped model, implies its backend: "
+                            + _targets_help(shipped) + " (others need --model)")
         p.add_argument("--model", default=None,
                        help="model folder written by `costmodel train --out` (default: the "
                             "shipped model)")
@@ -111,8 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "declaring gpu=1")
     p.add_argument("--retry-errors", action="store_true", help="re-measure error rows")
     p.add_argument("--programs-of", nargs="*", default=[],
-                   help="measure the programs of these datasets' ok rows (cheapest first) "
-                        "instead of the corpus: the same programs on another backend")
+                   help="measure the programs of these datasets' ok rows instead of the "
+                        "corpus: the same programs on another backend")
     p.add_argument("--max-repeats", type=count, default=3,
                    help="timed compiles per program (fewer for long ones)")
     p.add_argument("--no-phases", action="store_true",
@@ -173,7 +190,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        code = _run(build_parser().parse_args(argv))
+        sys.stdout.flush()  # a closed pipe fails here, not at the interpreter's exit
+        return code
+    except BrokenPipeError:
+        # the reader left (`costmodel predict ... --json | head -1`): nothing more to say,
+        # and the interpreter's own flush at exit must not fail on the closed pipe either
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a command a closed pipe stopped
+
+
+def _run(args) -> int:
     from costmodel._argspec import ArgSpecError
     from costmodel._extras import missing_extra
     from costmodel.features import StableHLOParseError, UnknownTargetError
@@ -181,6 +209,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.func(args)
+    except UserCodeError as exc:
+        if args.debug:
+            raise exc.__cause__ from None
+        print(f"costmodel {args.command}: {exc}", file=sys.stderr)
+        return 2
     except (UsageError, ArgSpecError, UnknownTargetError, StableHLOParseError, ArtifactError,
             FileNotFoundError) as exc:
         message = " ".join(str(exc).split())  # one line, whatever the message held

@@ -11,6 +11,8 @@ import sys
 
 from costmodel.features import Placement
 
+from .user_code import user_code
+
 
 class UsageError(Exception):
     """A wrong use of the command line: reported as one line on stderr, exit status 2."""
@@ -74,17 +76,55 @@ def shipped_models() -> list[tuple[str, str]]:
             if (default_path(b, t) / "manifest.json").is_file()]
 
 
-def backend_and_target(backend: str | None, target: str | None) -> tuple[str, str]:
-    """Validated (backend, target): a target alone means the backend it belongs to."""
-    from costmodel.features import normalize_target
+def known_placements() -> list[tuple[str, str]]:
+    """(backend, target) of every placement costmodel can compile for."""
     from costmodel.features.environment import KNOWN_TARGETS
 
-    owner = next((b for b, targets in KNOWN_TARGETS.items() if target and target.lower() in targets),
-                 "gpu")
-    if target and backend == "cpu":
-        raise UsageError(f"--target {target} is a {owner.upper()} target: use it with --backend "
-                         f"{owner} (CPU models have no target)")
-    return normalize_target(backend or (owner if target else "cpu"), target)
+    return [(b, t) for b, targets in KNOWN_TARGETS.items() for t in targets]
+
+
+def placements_offered(need_model: bool) -> str:
+    """What a wrong --target is told instead, from what ships (never a fixed list): the
+    placements with a model and those without, or every placement sweeps can measure."""
+    known = known_placements()
+    if not need_model:
+        return "known targets: " + ", ".join(where_label(*k) for k in known if k[1])
+    shipped = shipped_models()
+    text = "models ship for " + ", ".join(where_label(*s) for s in shipped)
+    if without := [where_label(*k) for k in known if k not in shipped]:
+        text += (f"; known, but no model ships for {', '.join(without)} (measure and train "
+                 "one, then pass --model)")
+    return text
+
+
+def backend_and_target(backend: str | None, target: str | None,
+                       need_model: bool = False) -> tuple[str, str]:
+    """Validated (backend, target): a target alone means the backend that has it. A wrong
+    target is told what exists (`placements_offered`), never blaming a backend the user
+    did not name."""
+    from costmodel.features import normalize_target
+    from costmodel.features.environment import KNOWN_BACKENDS, KNOWN_TARGETS
+
+    if target:
+        key = target.lower()
+        owners = [b for b in KNOWN_BACKENDS if key in KNOWN_TARGETS.get(b, ())]
+        if backend is None and key in KNOWN_BACKENDS:
+            raise UsageError(f"{target!r} is a backend, not a target: use --backend {key}; "
+                             f"{placements_offered(need_model)}")
+        if not owners:
+            asked = "" if backend is None else f" for --backend {backend}"
+            raise UsageError(f"unknown target {target!r}{asked}; "
+                             f"{placements_offered(need_model)}")
+        if backend is None and len(owners) > 1:
+            raise UsageError(f"--target {target} is a target of {' and '.join(owners)}: "
+                             "name one with --backend")
+        if backend is not None and backend.lower() not in owners:
+            has_none = "" if any(KNOWN_TARGETS.get(backend.lower(), ("",))) else \
+                f" ({backend.upper()} models have no target)"
+            raise UsageError(f"--target {target} is a {owners[0].upper()} target: use it "
+                             f"with --backend {owners[0]}{has_none}")
+        backend = backend or owners[0]
+    return normalize_target(backend or "cpu", target)
 
 
 def model_placement(args) -> tuple[str | None, str | None]:
@@ -96,18 +136,18 @@ def model_placement(args) -> tuple[str | None, str | None]:
         artifact = load_model(args.model)
         if args.backend is None and args.target is None:
             return artifact.backend, artifact.target
-        asked = backend_and_target(args.backend, args.target)
+        asked = backend_and_target(args.backend, args.target, need_model=False)
         if asked != (artifact.backend, artifact.target):
             raise UsageError(f"--model {args.model} predicts for "
                              f"{where_label(artifact.backend, artifact.target)}, not {where_label(*asked)}")
         return asked
     if args.backend is None and args.target is None:
         return None, None
-    asked = backend_and_target(args.backend, args.target)
+    asked = backend_and_target(args.backend, args.target, need_model=True)
     shipped = shipped_models()
     if asked not in shipped:
         raise UsageError(
-            f"no model ships for {where_label(*asked)} (shipped: "
+            f"no model ships for {where_label(*asked)} (models ship for "
             f"{', '.join(where_label(*s) for s in shipped)}); measure it with `costmodel sweep "
             f"--backend {asked[0]} --target {asked[1]}`, `costmodel train`, then pass --model")
     return asked
@@ -150,16 +190,20 @@ def _check_arguments(fn, ref: str, shapes: list) -> None:
 def program_of(args):
     from .._argspec import parse_arg
 
-    fn = _function(args.function)
+    with user_code():  # the module's own top level may raise
+        fn = _function(args.function)
     shapes = [parse_arg(a) for a in args.arg]
     _check_arguments(fn, args.function, shapes)
     return fn, shapes
 
 
 def traced(call):
-    """Run `call()`; a program that does not trace with the given --args is a wrong use."""
+    """Run `call()`, which traces the user's function: their exception is a
+    `UserCodeError`, and one JAX raised before reaching their code (the --args are no
+    arrays it takes) a wrong use."""
     try:
-        return call()
+        with user_code():
+            return call()
     except TypeError as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise UsageError(f"the function does not trace with these --args: {first}") from None

@@ -29,10 +29,14 @@ def staged(args):
 def cmd_predict(args) -> int:
     backend, target = model_placement(args)
     pred = staged(args).predict(backend=backend, target=target, model=args.model)
-    text = repr(pred)
+    text, data = repr(pred), pred.to_dict()
     if args.explain:
-        text += "\n" + "\n".join(f"  halving {name}: ×{ratio:.2f}" for name, ratio in pred.explain())
-    emit(pred.to_dict(), args.json, text)
+        found = pred.explain()
+        data["explain"] = [effect.to_dict() for effect in found]
+        text += "\n" + ("\n".join(f"  {effect}" for effect in found) if found else
+                        "  no quantity of the program changes the prediction by 1% or more "
+                        "when halved")
+    emit(data, args.json, text)
     return 0
 
 
