@@ -15,6 +15,7 @@ from ._blame import Region as Region
 from ._blame import blame_stablehlo as blame_stablehlo
 from ._guard import CompileBudgetExceeded as CompileBudgetExceeded
 from ._guard import CompileBudgetWarning as CompileBudgetWarning
+from ._guard import CompileGuardWarning as CompileGuardWarning
 from ._guard import jit as jit
 from ._predict import Prediction as Prediction
 from ._predict import predict_features as predict_features
@@ -31,6 +32,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Advice", "Alternative", "Blame", "CompileBudgetExceeded", "CompileBudgetWarning",
-    "Prediction", "Region", "Stage", "advise", "advise_features", "blame", "blame_stablehlo",
-    "jit", "lower", "predict", "predict_features", "predict_stablehlo", "profile", "record",
+    "CompileGuardWarning", "Prediction", "Region", "Stage", "advise", "advise_features",
+    "blame", "blame_stablehlo", "jit", "lower", "predict", "predict_features",
+    "predict_stablehlo", "profile", "record",
 ]

@@ -103,9 +103,12 @@ def trace_events(root: Node) -> dict[str, Any]:
 WIDTH, ROW = 1200, 22
 
 
-def icicle_html(root: Node, title: str) -> str:
+def icicle_html(root: Node, title: str, kind: str = "predicted",
+                memory_note: str | None = None) -> str:
     """A self-contained page: the call tree as an icicle chart (SVG, no scripts); each
-    rectangle's width is its node's predicted compile seconds, its tooltip the figures."""
+    rectangle's width is its node's compile seconds, `kind` "predicted" (blame) or
+    "measured" (profile), its tooltip the figures. `memory_note` says why the nodes carry
+    no host memory (a profile measures none); without it each tooltip shows theirs."""
     rects: list[str] = []
     depth_max = [0]
     total = max(root.seconds, 1e-12)
@@ -118,8 +121,9 @@ def icicle_html(root: Node, title: str) -> str:
         y = depth * ROW
         hue = zlib.crc32((node.source or node.name).encode()) % 360  # stable across runs
         label = _label(node)
-        tip = (f"{label}: {node.seconds:.3g} s predicted "
-               f"({node.seconds / total:.1%}), host memory {node.peak_memory_bytes / 1e6:.3g} MB")
+        tip = f"{label}: {node.seconds:.3g} s {kind} ({node.seconds / total:.1%})"
+        if memory_note is None:
+            tip += f", host memory {node.peak_memory_bytes / 1e6:.3g} MB {kind}"
         rects.append(
             f'<g><title>{html.escape(tip)}</title>'
             f'<rect x="{x:.2f}" y="{y}" width="{width:.2f}" height="{ROW - 2}" '
@@ -136,8 +140,9 @@ def icicle_html(root: Node, title: str) -> str:
     height = (depth_max[0] + 1) * ROW
     return ("<!doctype html><html><head><meta charset='utf-8'>"
             f"<title>{html.escape(title)}</title></head><body style='font-family:sans-serif'>"
-            f"<h2>{html.escape(title)}</h2><p>Width: predicted compile seconds; rows: the "
-            "call stack, the program on top. Hover for figures.</p>"
+            f"<h2>{html.escape(title)}</h2><p>Width: {kind} compile seconds; rows: the "
+            "call stack, the program on top. Hover for figures."
+            + (f" {html.escape(memory_note)}" if memory_note else "") + "</p>"
             f"<svg id='icicle' xmlns='http://www.w3.org/2000/svg' width='{WIDTH}' "
             f"height='{height}'>{''.join(rects)}</svg></body></html>")
 

@@ -21,6 +21,11 @@ from ._blame_views import Node, icicle_html
 from ._predict import Prediction, _fmt_seconds
 
 PART_NAMES = {"hlo": "HLO passes", "backend": "backend (codegen, LLVM)", "other": "the rest"}
+# A compile in a process that has run others cannot be charged its own host memory, so
+# the page shows none rather than zeros.
+MEMORY_NOTE = ("Host memory is not shown: a profile measures time only, in a process that "
+               "has compiled before; host memory is measured in a fresh process "
+               "(costmodel sweep).")
 
 
 class CacheHit(RuntimeError):
@@ -69,7 +74,8 @@ class Profile:
                     node.child(name, "").seconds = own
         return icicle_html(root, f"costmodel profile: measured compile "
                                  f"{_fmt_seconds(self.compile_seconds)} (predicted "
-                                 f"{_fmt_seconds(self.prediction.compile_seconds)})")
+                                 f"{_fmt_seconds(self.prediction.compile_seconds)})",
+                           kind="measured", memory_note=MEMORY_NOTE)
 
 
 def profile_stage(stage) -> Profile:
