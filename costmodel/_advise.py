@@ -251,7 +251,8 @@ def advise_features(features: Features, budget_seconds: float = 10.0, model=None
 
 def advise_stablehlo(text: str, features: Features, budget_seconds: float = 10.0,
                      model=None) -> Advice:
-    """Advice for a program given as StableHLO text (`features` are the text's): the same
+    """Advice for a program given as StableHLO text (`features` are the text's, so it
+    passed the text guard: it is not checked again): the same
     alternatives `advise_program` rewrites a trace into, made on the text instead
     (`_hlo_rewrite`). The text names no source lines, so descriptions name none."""
     budget_seconds = check_budget(budget_seconds)

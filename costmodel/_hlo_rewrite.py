@@ -8,6 +8,9 @@ found as on a jaxpr (`features.jaxpr`): ops equal in name, attributes and operan
 result types, the block reading the same function arguments in every repeat preferred.
 `inner_jit_texts` splits the entry function's calls of the user's jitted functions into
 programs of their own.
+
+The text given has passed the text guard already (features were extracted from it), so
+it is parsed here without it.
 """
 
 from __future__ import annotations
@@ -70,7 +73,8 @@ def _key(op, where: dict | None) -> tuple:
 
 
 def _find_run(ops, args) -> tuple[int, int, int]:
-    """(block size, repeats, start) as `features.jaxpr.repeated_block` finds it."""
+    """(block size, repeats, start) as `features.jaxpr.repeated_block` finds it, passing
+    over runs that only move data (an earlier scan's rows stacked or read back)."""
     import numpy as np
 
     def codes(where):
@@ -81,11 +85,22 @@ def _find_run(ops, args) -> tuple[int, int, int]:
     if len(ops) < 2:
         return 0, 0, -1
     seq = codes(None)
-    plain = _longest_repeat(seq)
-    invariant = _longest_repeat(codes({v: i for i, v in enumerate(args)})) if args else (0, 0, -1)
-    if invariant[0] * invariant[1] >= INVARIANT_COVER_SHARE * plain[0] * plain[1] > 0:
-        return _repeat_of_period(seq, invariant[0])
-    return plain
+    inv = codes({v: i for i, v in enumerate(args)}) if args else None
+    for _ in range(MAX_SCANS):
+        plain = _longest_repeat(seq)
+        invariant = _longest_repeat(inv) if inv is not None else (0, 0, -1)
+        if invariant[0] * invariant[1] >= INVARIANT_COVER_SHARE * plain[0] * plain[1] > 0:
+            plain = _repeat_of_period(seq, invariant[0])
+        size, repeats, start = plain
+        if repeats < 2 or not all(_short(op.name) in _DATA_MOVEMENT
+                                  for op in ops[start:start + size]):
+            return plain
+        # glue: make its ops unlike any other and look again
+        unique = -np.arange(1, size * repeats + 1) - len(ops) * _
+        seq[start:start + size * repeats] = unique
+        if inv is not None:
+            inv[start:start + size * repeats] = unique
+    return 0, 0, -1
 
 
 def _io(block_ops) -> tuple[list, list]:
@@ -113,21 +128,21 @@ def _scan_once(text: str, min_repeats: int) -> ScannedText | None:
     from costmodel.features.stablehlo.parse import entry_function, functions
 
     with _PARSE_LOCK:
-        module = parse_module(text)
+        module = parse_module(text, check=False)
         funcs = functions(module)
         main = funcs[entry_function(funcs)]
-        if SCAN_BODY in funcs or len(main.regions[0].blocks) != 1:
+        if len(main.regions[0].blocks) != 1:
             return None
+        name = next(f"{SCAN_BODY}{n or ''}" for n in range(len(funcs) + 1)
+                    if f"{SCAN_BODY}{n or ''}" not in funcs)
         body = main.regions[0].blocks[0]
         ops = [view.operation for view in body.operations][:-1]  # the return stays
         size, repeats, start = _find_run(ops, list(body.arguments))
         if repeats < min_repeats:
             return None
         blocks = [ops[start + k * size: start + (k + 1) * size] for k in range(repeats)]
-        if all(_short(op.name) in _DATA_MOVEMENT for op in blocks[0]):
-            return None
         with _context(), _location():
-            if not _rewrite_run(module, main, blocks):
+            if not _rewrite_run(module, main, blocks, name):
                 return None
             module.operation.verify()  # raises for a module the rewrite left invalid
             return ScannedText(module.operation.get_asm(), repeats, size)
@@ -171,9 +186,9 @@ def _top_level(op, main):
     return op
 
 
-def _rewrite_run(module, main, blocks) -> bool:
+def _rewrite_run(module, main, blocks, name: str) -> bool:
     """Replace the run of `blocks` in `main` by a while loop over a new private function
-    holding the first block (see the module doc). False, module untouched, when the
+    `name` holding the first block (see the module doc). False, module untouched, when the
     blocks do not chain."""
     from jax._src.lib.mlir import ir
     from jax._src.lib.mlir.dialects import func, hlo
@@ -219,7 +234,7 @@ def _rewrite_run(module, main, blocks) -> bool:
     out_values = [first_outputs[plan[i][1]] for i in carries] + [first_outputs[j]
                                                                  for j in stacked]
     with ir.InsertionPoint(module.body):
-        body_fn = func.FuncOp(SCAN_BODY, ([v.type for v in first_inputs],
+        body_fn = func.FuncOp(name, ([v.type for v in first_inputs],
                                           [v.type for v in out_values]))
     body_fn.attributes["sym_visibility"] = ir.StringAttr.get("private")
     entry = body_fn.add_entry_block()
@@ -264,7 +279,7 @@ def _rewrite_run(module, main, blocks) -> bool:
                 by_input[i] = hlo.ReshapeOp(first_inputs[i].type, row).result
             for pos, i in enumerate(carries):
                 by_input[i] = args[n_c + n_x + 1 + pos]
-            call = func.CallOp([v.type for v in out_values], SCAN_BODY,
+            call = func.CallOp([v.type for v in out_values], name,
                                [by_input[i] for i in range(len(first_inputs))])
             results = list(call.results)
             new_ys = []
@@ -347,7 +362,7 @@ def _user_function(name: str) -> bool:
     from ._rewrite import _jax_namespaces
 
     base = re.sub(r"_\d+$", "", name)
-    if base.startswith("_") or base == SCAN_BODY:
+    if base.startswith(("_", SCAN_BODY)):
         return False
     for namespace in _jax_namespaces():
         public = getattr(namespace, base, None)
@@ -378,7 +393,7 @@ def inner_jit_texts(text: str) -> tuple[list[tuple[str, str]], str | None]:
     from costmodel.features.stablehlo.parse import entry_function, functions
 
     with _PARSE_LOCK:
-        module = parse_module(text)  # held: the functions live only as long as it does
+        module = parse_module(text, check=False)  # held: its functions live as long as it
         funcs = functions(module)
         entry = entry_function(funcs)
         calls, rest = _entry_calls(funcs, entry)
@@ -412,7 +427,7 @@ def _part(text: str, name: str) -> str:
     from costmodel.features.stablehlo import _context, parse_module
     from costmodel.features.stablehlo.parse import entry_function, functions
 
-    module = parse_module(text)
+    module = parse_module(text, check=False)
     with _context(), _location():
         funcs = functions(module)
         entry = entry_function(funcs)
@@ -437,7 +452,7 @@ def _glue(text: str) -> str:
     from costmodel.features.stablehlo import _context, parse_module
     from costmodel.features.stablehlo.parse import entry_function, functions
 
-    module = parse_module(text)
+    module = parse_module(text, check=False)
     with _context(), _location():
         funcs = functions(module)
         entry = entry_function(funcs)
