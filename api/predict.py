@@ -10,7 +10,7 @@ import numpy as np
 from flask import Blueprint, current_app, g
 from werkzeug.exceptions import UnprocessableEntity
 
-from costmodel._advise import advise_features
+from costmodel._advise import advise_features, advise_stablehlo
 from costmodel._blame import blame_stablehlo
 from costmodel._predict import predict_features
 from costmodel.features import Placement
@@ -97,9 +97,13 @@ def blame():
 def _advise_one(program: AdviseProgram, where: str) -> dict[str, Any]:
     budget = program.budget_seconds
     features = program_features(program, where)
+    model = model_for(features.backend, features.target)
+    budget = 10.0 if budget is None else budget
     with np.errstate(all="ignore"):
-        advice = advise_features(features, budget_seconds=10.0 if budget is None else budget,
-                                 model=model_for(features.backend, features.target))
+        if program.stablehlo is not None:  # a program to rewrite, as the library does
+            advice = advise_stablehlo(program.stablehlo, features, budget, model=model)
+        else:
+            advice = advise_features(features, budget_seconds=budget, model=model)
     return require_finite(advice.to_dict(), where)
 
 

@@ -16,6 +16,7 @@ from ._blame import blame_stablehlo as blame_stablehlo
 from ._explain import Effect as Effect
 from ._guard import CompileBudgetExceeded as CompileBudgetExceeded
 from ._guard import CompileBudgetWarning as CompileBudgetWarning
+from ._guard import CompileGuardWarning as CompileGuardWarning
 from ._guard import jit as jit
 from ._predict import Prediction as Prediction
 from ._predict import predict_features as predict_features
@@ -31,7 +32,8 @@ from ._stage import profile as profile
 __version__ = "0.1.0"
 
 __all__ = [
-    "Advice", "Alternative", "Blame", "CompileBudgetExceeded", "CompileBudgetWarning", "Effect",
-    "Prediction", "Region", "Stage", "advise", "advise_features", "blame", "blame_stablehlo",
-    "jit", "lower", "predict", "predict_features", "predict_stablehlo", "profile", "record",
+    "Advice", "Alternative", "Blame", "CompileBudgetExceeded", "CompileBudgetWarning",
+    "CompileGuardWarning", "Effect", "Prediction", "Region", "Stage", "advise",
+    "advise_features", "blame", "blame_stablehlo", "jit", "lower", "predict",
+    "predict_features", "predict_stablehlo", "profile", "record",
 ]

@@ -3,12 +3,14 @@ predicted with the model, never guessed."""
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
 from costmodel.features import Features
 
-from . import _rewrite
+from . import _hlo_rewrite, _rewrite
 from ._lowering import features_of
 from ._predict import Prediction, _fmt_bytes, _fmt_seconds, predict_features
 
@@ -28,6 +30,16 @@ LAYER_IDIOMS = {
                "over keys), then lax.scan over eqx.partition's array leaves, combining "
                "each slice with the static part in the body.",
 }
+
+
+def check_budget(value: Any, name: str = "budget_seconds") -> float:
+    """`value` as a float when it is a positive finite number of seconds, else a
+    ValueError naming the argument (the rule the CLI's --budget follows)."""
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    seconds = float(value) if number else math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"{name} must be a positive finite number of seconds, not {value!r}")
+    return seconds
 
 
 @dataclass(frozen=True)
@@ -85,17 +97,25 @@ def _scan_alternative(features: Features, traced, model) -> Alternative | None:
     repeats, size = block.get("repeats", 0), block.get("size", 0)
     if repeats < MIN_REPEATS:
         return None
-    rewritten = _rewrite.as_scan(traced.jaxpr, block["start"], size, repeats)
+    start, repeats = _rewrite.same_shaped_run(traced.jaxpr.jaxpr.eqns, block["start"], size,
+                                              repeats)
+    if repeats < MIN_REPEATS:  # layers of differing shapes: too few of one shape in a row
+        return None
+    rewritten = _rewrite.as_scan(traced.jaxpr, start, size, repeats)
     if rewritten is None:
         return None
     rewritten = _rewrite.scan_remaining(*rewritten, min_repeats=MIN_REPEATS)
     seconds = _predict_program(*rewritten, features.backend, features.target, model)
     where = f" starting at {block['source']}" if block.get("source") else ""
-    idiom = LAYER_IDIOMS.get(block.get("library", ""), "")
+    return _scan(seconds, repeats, f"{size} operations{where}",
+                 LAYER_IDIOMS.get(block.get("library", ""), ""))
+
+
+def _scan(seconds: float, repeats: int, block: str, idiom: str = "") -> Alternative:
     return Alternative(
         "scan", seconds,
-        f"Run the {repeats} identical blocks of {size} operations{where} with "
-        f"jax.lax.scan (or lax.fori_loop) over one block instead of unrolling them."
+        f"Run the {repeats} identical blocks of {block} with jax.lax.scan (or "
+        f"lax.fori_loop) over one block instead of unrolling them."
         + (f" {idiom}" if idiom else ""),
         "Runtime is usually within a few percent of the unrolled loop; XLA no longer fuses "
         "across iterations. lax.scan(..., unroll=k) trades some compile time back for speed.")
@@ -110,14 +130,17 @@ def _split_alternative(features: Features, traced, model) -> Alternative | None:
     programs = parts + ([glue] if glue is not None else [])
     seconds = sum(_predict_program(fn, shapes, features.backend, features.target, model)
                   for fn, shapes, _ in programs)
-    names = ", ".join(sorted({name for _, _, name in parts}))
     sources = [j["source"] for j in features.info.get("inner_jits", []) if j.get("source")]
     where = f" (called at {sources[0]})" if sources else ""
+    return _split(seconds, [name for _, _, name in parts], where, glue is not None)
+
+
+def _split(seconds: float, names: list[str], where: str, glue: bool) -> Alternative:
     return Alternative(
         "split_inner_jits", seconds,
-        f"Call the inner jitted functions ({names}){where} from outside the outer jit, so "
-        f"each distinct one compiles once on its own ({len(parts)} programs"
-        f"{' plus the glue around them' if glue is not None else ''}).",
+        f"Call the inner jitted functions ({', '.join(sorted(set(names)))}){where} from "
+        f"outside the outer jit, so each distinct one compiles once on its own "
+        f"({len(names)} programs{' plus the glue around them' if glue else ''}).",
         "Each call becomes a separate dispatch with its results in device memory: no fusion "
         "across the boundaries, plus ~10-50 µs dispatch overhead per call.")
 
@@ -136,8 +159,57 @@ def _constants_alternative(features: Features, traced, model) -> Alternative | N
         "the executable.")
 
 
-def decide(whole: Prediction, alternatives: list[Alternative], budget_seconds: float) -> Advice:
-    """Pick keep or the cheapest alternative and say why in a sentence or two."""
+def _scan_text_alternative(text: str, features: Features, model) -> Alternative | None:
+    """`_scan_alternative` made on StableHLO text (`_hlo_rewrite.scan_text`)."""
+    scanned = _hlo_rewrite.scan_text(text, min_repeats=MIN_REPEATS)
+    if scanned is None:
+        return None
+    seconds = _predict_text(scanned.text, features, model)
+    return _scan(seconds, scanned.repeats, f"{scanned.size} StableHLO operations")
+
+
+def _split_text_alternative(text: str, features: Features, model) -> Alternative | None:
+    """`_split_alternative` made on StableHLO text (`_hlo_rewrite.inner_jit_texts`)."""
+    parts, glue = _hlo_rewrite.inner_jit_texts(text)
+    if not parts:
+        return None
+    programs = [part for _, part in parts] + ([glue] if glue is not None else [])
+    seconds = sum(_predict_text(program, features, model) for program in programs)
+    return _split(seconds, [name for name, _ in parts], "", glue is not None)
+
+
+def _predict_text(text: str, features: Features, model) -> float:
+    from costmodel.features import from_stablehlo
+
+    rewritten = from_stablehlo(text, backend=features.backend, target=features.target)
+    return predict_features(rewritten, model=model).compile_seconds
+
+
+def _embedded_constants_alternative(features: Features, model) -> Alternative | None:
+    """Constants passed as arguments, from the features alone: the module's dense
+    constants become one more parameter of as many bytes."""
+    if features["dense_constant_bytes"] < CONSTANT_BYTES:
+        return None
+    values = dict(features.values)
+    values.update(dense_constant_bytes=0.0, largest_constant_bytes=0.0,
+                  param_count=values["param_count"] + 1,
+                  input_bytes=values["input_bytes"] + features["dense_constant_bytes"])
+    lighter = Features(values, features.backend, features.target,
+                       features.jaxlib_version, features.host_cpu_count)
+    return Alternative(
+        "constants_as_arguments", predict_features(lighter, model=model).compile_seconds,
+        f"The module embeds {_fmt_bytes(features['dense_constant_bytes'])} of dense "
+        "constants: pass them as arguments so XLA does not constant-fold them.",
+        "No runtime cost once the arrays live on the device.")
+
+
+NONE_FOUND = " (no repeated blocks, inner jits or large constants found)."
+
+
+def decide(whole: Prediction, alternatives: list[Alternative], budget_seconds: float,
+           none_found: str = NONE_FOUND) -> Advice:
+    """Pick keep or the cheapest alternative and say why in a sentence or two;
+    `none_found` ends the reason when no alternative was found at all."""
     keep = Alternative("keep", whole.compile_seconds, "Keep the program as one jit.",
                        "Fastest runtime: XLA sees and fuses the whole program.")
     options = sorted([keep] + alternatives, key=lambda a: a.predicted_compile_seconds)
@@ -161,33 +233,41 @@ def decide(whole: Prediction, alternatives: list[Alternative], budget_seconds: f
         split = False
         reason = (f"Predicted compile ≈ {predicted} exceeds your budget of {budget}, but no "
                   "split found here saves much: keep it as one jit"
-                  + (" (no repeated blocks, inner jits or large constants found)."
-                     if not alternatives else "."))
+                  + (none_found if not alternatives else "."))
     return Advice(split, reason, tuple(options), whole, budget_seconds)
 
 
 def advise_features(features: Features, budget_seconds: float = 10.0, model=None) -> Advice:
-    """Advice from features alone (StableHLO over HTTP): keep, or what the text reveals."""
+    """Advice from a feature vector alone (HTTP `features`): keep, or constants passed as
+    arguments; a vector holds no program to rewrite into a loop or split."""
+    budget_seconds = check_budget(budget_seconds)
     whole = predict_features(features, model=model)
-    alternatives = []
-    if features["dense_constant_bytes"] >= CONSTANT_BYTES:
-        values = dict(features.values)
-        values.update(dense_constant_bytes=0.0, largest_constant_bytes=0.0,
-                      param_count=values["param_count"] + 1,
-                      input_bytes=values["input_bytes"] + features["dense_constant_bytes"])
-        lighter = Features(values, features.backend, features.target,
-                           features.jaxlib_version, features.host_cpu_count)
-        alternatives.append(Alternative(
-            "constants_as_arguments", predict_features(lighter, model=model).compile_seconds,
-            f"The module embeds {_fmt_bytes(features['dense_constant_bytes'])} of dense "
-            "constants: pass them as arguments so XLA does not constant-fold them.",
-            "No runtime cost once the arrays live on the device."))
+    found = _embedded_constants_alternative(features, model)
+    return decide(whole, [found] if found is not None else [], budget_seconds,
+                  none_found=" (no large constants found; a feature vector holds no program "
+                             "to look for repeated blocks or inner jits in: send its "
+                             "StableHLO text for those).")
+
+
+def advise_stablehlo(text: str, features: Features, budget_seconds: float = 10.0,
+                     model=None) -> Advice:
+    """Advice for a program given as StableHLO text (`features` are the text's, so it
+    passed the text guard: it is not checked again): the same
+    alternatives `advise_program` rewrites a trace into, made on the text instead
+    (`_hlo_rewrite`). The text names no source lines, so descriptions name none."""
+    budget_seconds = check_budget(budget_seconds)
+    whole = predict_features(features, model=model)
+    alternatives = [alt for alt in (_scan_text_alternative(text, features, model),
+                                    _split_text_alternative(text, features, model),
+                                    _embedded_constants_alternative(features, model))
+                    if alt is not None]
     return decide(whole, alternatives, budget_seconds)
 
 
 def advise_program(features: Features, traced, budget_seconds: float, model) -> Advice:
     """Advice for a program from its features and its trace (None for a program given
     lowered: then only "keep" is considered). `costmodel.advise` and `Stage.advise`."""
+    budget_seconds = check_budget(budget_seconds)
     whole = predict_features(features, model=model)
     alternatives = []
     if traced is not None:

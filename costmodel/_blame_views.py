@@ -130,10 +130,13 @@ def bar_label(node: Node, share: float, chars: int) -> str:
 
 
 def icicle_html(root: Node, title: str,
-                table: tuple[tuple[str, ...], list[tuple[str, ...]]] | None = None) -> str:
+                table: tuple[tuple[str, ...], list[tuple[str, ...]]] | None = None,
+                kind: str = "predicted", memory_note: str | None = None) -> str:
     """A self-contained page: the call tree as an icicle chart (SVG, no scripts); each
-    rectangle's width is its node's predicted compile seconds, its label its share and
-    source line, its tooltip the figures. `table` (a header and rows) is shown below."""
+    rectangle's width is its node's compile seconds, `kind` "predicted" (blame) or
+    "measured" (profile), its label its share and source line, its tooltip the figures.
+    `table` (a header and rows) is shown below. `memory_note` says why the nodes carry no
+    host memory (a profile measures none); without it each tooltip shows theirs."""
     rects: list[str] = []
     depth_max = [0]
     total = max(root.seconds, 1e-12)
@@ -146,8 +149,9 @@ def icicle_html(root: Node, title: str,
         y = depth * ROW
         hue = zlib.crc32((node.source or node.name).encode()) % 360  # stable across runs
         share = node.seconds / total
-        tip = (f"{_label(node)}: {node.seconds:.3g} s predicted ({share:.1%}), "
-               f"host memory {node.peak_memory_bytes / 1e6:.3g} MB")
+        tip = f"{_label(node)}: {node.seconds:.3g} s {kind} ({share:.1%})"
+        if memory_note is None:
+            tip += f", host memory {node.peak_memory_bytes / 1e6:.3g} MB {kind}"
         label = bar_label(node, share, int((width - 2 * PAD_PX) // CHAR_PX))
         rects.append(
             f'<g><title>{html.escape(tip)}</title>'
@@ -169,9 +173,10 @@ def icicle_html(root: Node, title: str,
             "table{border-collapse:collapse;margin-top:1em} "
             "td,th{padding:2px 10px;text-align:left} td.n,th.n{text-align:right} "
             "tr:nth-child(even){background:#f2f2f2}</style></head><body>"
-            f"<h2>{html.escape(title)}</h2><p>Width: predicted compile seconds; rows: the "
+            f"<h2>{html.escape(title)}</h2><p>Width: {kind} compile seconds; rows: the "
             "call stack, the program on top. Each bar: its share, its file:line, its "
-            "function; hover for figures.</p>"
+            "function; hover for figures."
+            + (f" {html.escape(memory_note)}" if memory_note else "") + "</p>"
             f"<svg id='icicle' xmlns='http://www.w3.org/2000/svg' width='{WIDTH}' "
             f"height='{height}'>{''.join(rects)}</svg>"
             f"{_table_html(*table) if table else ''}</body></html>")

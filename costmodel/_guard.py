@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import warnings
 from typing import Any, Literal
 
-from ._advise import Advice
-from ._stage import lower
+from ._advise import Advice, check_budget, decide
+from ._predict import _fmt_seconds
+from ._stage import Stage, lower
 
 
 class CompileBudgetWarning(UserWarning):
     """A jit is predicted to compile longer than its budget."""
+
+
+class CompileGuardWarning(RuntimeWarning):
+    """The guard could not predict (or advise on) a compile: the jit compiles unchecked,
+    exactly as `jax.jit` would. The message names the error."""
 
 
 class CompileBudgetExceeded(RuntimeError):
@@ -59,31 +66,69 @@ class GuardedJit:
             return self._on_trace(*args, **kwargs)
 
         self._jitted = jax.jit(traced, **jit_kwargs)
-        self._budget = float(budget_seconds)
+        self._budget = check_budget(budget_seconds, "budget_seconds")
         self._on_exceed = on_exceed
         self._backend, self._target = backend, target
         nums = jit_kwargs.get("static_argnums", ()) or ()
         names = jit_kwargs.get("static_argnames", ()) or ()
         self._static = {nums} if isinstance(nums, int) else set(nums)
         self._static_names = {names} if isinstance(names, str) else set(names)
-        self._checked: dict = {}
+        self._checked: dict = {}  # signature -> Advice
+        self._stages: dict = {}   # signature -> Stage, while its advice may be asked for
 
     def check(self, *args: Any, **kwargs: Any) -> Advice:
-        """Predict (and advise on) the compile for these arguments, without compiling."""
+        """Predict and advise on the compile for these arguments, without compiling."""
         key = _signature(args, kwargs, self._static, self._static_names)
         if key not in self._checked:
-            self._checked[key] = lower(self._plain, *args, **kwargs).advise(
+            self._checked[key] = self._stage(key, args, kwargs).advise(
                 budget_seconds=self._budget, backend=self._backend, target=self._target)
+            self._stages.pop(key, None)
         return self._checked[key]
+
+    def _stage(self, key, args: tuple, kwargs: dict) -> Stage:
+        if key not in self._stages:
+            self._stages[key] = lower(self._plain, *args, **kwargs)
+        return self._stages[key]
+
+    def _over_budget(self, args: tuple, kwargs: dict) -> Advice | None:
+        """None within budget; else the advice (only "keep" when advice itself fails).
+        Within budget no advice is computed: that is the first call's whole overhead."""
+        key = _signature(args, kwargs, self._static, self._static_names)
+        if key in self._checked:
+            advice = self._checked[key]
+            return advice if advice.prediction.compile_seconds > self._budget else None
+        prediction = self._stage(key, args, kwargs).predict(self._backend, self._target)
+        if not prediction.compile_seconds > self._budget:
+            self._stages.pop(key, None)  # keeps nothing of a program that fits
+            return None
+        try:
+            return self.check(*args, **kwargs)
+        except Exception as exc:  # the prediction alone still says it is over budget
+            self._stages.pop(key, None)
+            warnings.warn(f"costmodel could not advise on {_name(self._fun)}: "
+                          f"{type(exc).__name__}: {exc}", CompileGuardWarning, stacklevel=4)
+            advice = decide(prediction, [], self._budget)
+            self._checked[key] = dataclasses.replace(advice, reason=(
+                f"Predicted compile ≈ {_fmt_seconds(prediction.compile_seconds)} exceeds "
+                f"your budget of {_fmt_seconds(self._budget)} (no advice: it failed)."))
+            return self._checked[key]
 
     def _on_trace(self, *args: Any, **kwargs: Any):
         # Traced arguments become their shapes; static ones come as the values they are.
-        abstract_args, abstract_kwargs = _abstract((args, kwargs))
-        advice = self.check(*abstract_args, **abstract_kwargs)
-        if advice.prediction.compile_seconds > self._budget:
+        try:
+            abstract_args, abstract_kwargs = _abstract((args, kwargs))
+            over = self._over_budget(abstract_args, abstract_kwargs)
+        except Exception as exc:  # a failure of ours must never stop the user's program
+            # traced first: an error of the user's own reaches them as from jax.jit
+            result = self._fun(*args, **kwargs)
+            warnings.warn(f"costmodel could not predict the compile of {_name(self._fun)}, "
+                          f"compiling it unchecked: {type(exc).__name__}: {exc}",
+                          CompileGuardWarning, stacklevel=2)
+            return result
+        if over is not None:
             if self._on_exceed == "raise":
-                raise CompileBudgetExceeded(advice)
-            warnings.warn(str(advice), CompileBudgetWarning, stacklevel=2)
+                raise CompileBudgetExceeded(over)
+            warnings.warn(str(over), CompileBudgetWarning, stacklevel=2)
         return self._fun(*args, **kwargs)
 
     def jitted(self):
@@ -91,6 +136,10 @@ class GuardedJit:
         self._jitted.check = self.check
         self._jitted.guard = self
         return self._jitted
+
+
+def _name(fun) -> str:
+    return getattr(fun, "__qualname__", None) or getattr(fun, "__name__", None) or repr(fun)
 
 
 def _abstract(tree):

@@ -137,8 +137,9 @@ def predict_features(features: Features, model=None) -> Prediction:
 
     `model` is a `costmodel.models.Artifact` or its folder; by default the shipped model
     for the features' backend and target. A model trained without some target (its rows
-    lacked that label) predicts NaN there. Raises `costmodel.models.ArtifactError` when
-    no usable model exists, ValueError when the model is for another backend or target.
+    lacked that label) predicts NaN there. Raises `costmodel.models.NoModelError` when no
+    model ships for the features' backend and target, `costmodel.models.ArtifactError`
+    when a model is unusable, ValueError when the model is for another backend or target.
     """
     from costmodel.models import load_default
     from costmodel.models.calibration import load_calibration

@@ -24,6 +24,11 @@ PART_NAMES = {"hlo": "HLO passes", "backend": "backend (codegen, LLVM)", "other"
 # A pass is named as slow only from this long: shorter ones print as "0 ms", which
 # says nothing about where the time went.
 MEASURABLE_SECONDS = 0.001
+# A compile in a process that has run others cannot be charged its own host memory, so
+# the page shows none rather than zeros.
+MEMORY_NOTE = ("Host memory is not shown: a profile measures time only, in a process that "
+               "has compiled before; host memory is measured in a fresh process "
+               "(costmodel sweep).")
 
 
 class CacheHit(RuntimeError):
@@ -75,7 +80,8 @@ class Profile:
                     node.child(name, "").seconds = own
         return icicle_html(root, f"costmodel profile: measured compile "
                                  f"{_fmt_seconds(self.compile_seconds)} (predicted "
-                                 f"{_fmt_seconds(self.prediction.compile_seconds)})")
+                                 f"{_fmt_seconds(self.prediction.compile_seconds)})",
+                           kind="measured", memory_note=MEMORY_NOTE)
 
 
 def profile_stage(stage) -> Profile:

@@ -98,8 +98,31 @@ def plan_scan(eqns, start: int, size: int, repeats: int) -> ScanPlan | None:
     return ScanPlan(kinds, sources)
 
 
+def _block_shapes(block) -> tuple:
+    """Every operand's shape and dtype, equation by equation: the blocks a scan can run."""
+    return tuple(tuple((tuple(getattr(v.aval, "shape", ())), str(getattr(v.aval, "dtype", "")))
+                       for v in eqn.invars) for eqn in block)
+
+
+def same_shaped_run(eqns, start: int, size: int, repeats: int) -> tuple[int, int]:
+    """(start, repeats) of the longest run of back-to-back blocks that read operands of
+    the same shapes: only those can be one scan's steps. Repeated blocks are found by
+    their results, so a stack of layers whose weights differ in shape ((128, 256) then
+    (256, 256)) repeats, but its first layer cannot share a scan with the others."""
+    shapes = [_block_shapes(eqns[start + k * size: start + (k + 1) * size])
+              for k in range(repeats)]
+    best_start, best_len, run_start = 0, 0, 0
+    for k in range(repeats):
+        if k > 0 and shapes[k] != shapes[k - 1]:
+            run_start = k
+        if k - run_start + 1 > best_len:
+            best_start, best_len = run_start, k - run_start + 1
+    return start + best_start * size, best_len
+
+
 def as_scan(closed_jaxpr, start: int, size: int, repeats: int):
-    """A function computing `closed_jaxpr` with the repeated blocks run by `lax.scan`.
+    """A function computing `closed_jaxpr` with the repeated blocks run by `lax.scan`:
+    the longest run of them whose operands have the same shapes (`same_shaped_run`).
 
     Returns (fn, arg_shapes) to lower, or None when the blocks cannot be chained.
     """
@@ -109,6 +132,11 @@ def as_scan(closed_jaxpr, start: int, size: int, repeats: int):
 
     jaxpr = closed_jaxpr.jaxpr
     eqns = jaxpr.eqns
+    if repeats < MIN_SCANNED:
+        return None
+    start, repeats = same_shaped_run(eqns, start, size, repeats)
+    if repeats < MIN_SCANNED:
+        return None
     plan = plan_scan(eqns, start, size, repeats)
     if plan is None and repeats - 1 >= MIN_SCANNED:
         # The first repeat may read an initial value as a literal (an optimizer's step

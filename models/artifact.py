@@ -163,9 +163,30 @@ def default_path(backend: str = "cpu", target: str = "") -> Path:
     return DEFAULT_ROOT / Placement.of(backend, target).label
 
 
+class NoModelError(ArtifactError):
+    """No model ships for the backend and target asked for; the message names those that do."""
+
+
+def shipped_models() -> list[tuple[str, str]]:
+    """(backend, target) of every model that ships with costmodel."""
+    from costmodel.features.environment import KNOWN_TARGETS
+
+    return [(b, t) for b, targets in KNOWN_TARGETS.items() for t in targets
+            if (default_path(b, t) / MANIFEST_FILE).is_file()]
+
+
 def load_default(backend: str = "cpu", target: str = "") -> Artifact:
-    """The shipped model for (backend, target), loaded once per process."""
-    return _load_default(*normalize_target(backend, target))
+    """The shipped model for (backend, target), loaded once per process. Raises
+    `NoModelError` when none ships for it."""
+    backend, target = normalize_target(backend, target)
+    if not (default_path(backend, target) / MANIFEST_FILE).is_file():
+        shipped = ", ".join(Placement(b, t).where for b, t in shipped_models())
+        raise NoModelError(
+            f"no model ships for {Placement(backend, target).where} (shipped: {shipped}); "
+            f"measure it with `costmodel sweep --backend {backend}"
+            f"{f' --target {target}' if target else ''}`, `costmodel train`, then pass "
+            "model=<its folder>")
+    return _load_default(backend, target)
 
 
 @cache

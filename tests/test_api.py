@@ -24,7 +24,7 @@ from threadpoolctl import threadpool_limits
 from werkzeug.exceptions import UnprocessableEntity
 
 import costmodel
-from costmodel._advise import advise_features
+from costmodel._advise import advise_stablehlo
 from costmodel._predict import predict_features
 from costmodel.api import create_app
 from costmodel.api.config import load_config
@@ -146,11 +146,11 @@ def test_predict_batch_keeps_order_and_mixes_forms(client):
     assert singles[0]["compile_seconds"] != singles[1]["compile_seconds"]
 
 
-def test_advise_equals_advise_features(client, artifact):
+def test_advise_equals_advise_stablehlo(client, artifact):
     text = stablehlo(7)
     response = client.post("/v1/advise", json={"stablehlo": text, "budget_seconds": 2.5})
     assert response.status_code == 200
-    expected = advise_features(from_stablehlo(text), budget_seconds=2.5, model=artifact)
+    expected = advise_stablehlo(text, from_stablehlo(text), budget_seconds=2.5, model=artifact)
     assert response.json == {"advice": [json.loads(json.dumps(expected.to_dict()))]}
     assert response.json["advice"][0]["budget_seconds"] == 2.5
     default = client.post("/v1/advise", json={"stablehlo": text}).json["advice"][0]

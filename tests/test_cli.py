@@ -309,7 +309,10 @@ def test_an_unknown_target_names_the_placements_that_have_models(prog, capsys):
     from costmodel.cli.common import known_placements, shipped_models, where_label
 
     said = wrong_use(capsys, ["predict", f"{prog}:fn", *ARGS, "--target", "tpu"])
-    assert said.startswith("costmodel predict: unknown target 'tpu'; models ship for ")
+    assert said.startswith("costmodel predict: 'tpu' is a backend, not a target: use --backend "
+                           "tpu; models ship for ")
+    said = wrong_use(capsys, ["predict", f"{prog}:fn", *ARGS, "--target", "v4"])
+    assert said.startswith("costmodel predict: unknown target 'v4'; models ship for ")
     assert "backend 'gpu'" not in said and "--backend" not in said.split(";")[0]
     offered, _, without = said.partition("; known, but no model ships for ")
     shipped = [where_label(*s) for s in shipped_models()]
@@ -320,17 +323,17 @@ def test_an_unknown_target_names_the_placements_that_have_models(prog, capsys):
     assert without.split(" (")[0].split(", ") == missing
     # the backend the user did name is the one the message names
     said = wrong_use(capsys, ["predict", f"{prog}:fn", *ARGS, "--backend", "gpu", "--target",
-                              "tpu"])
-    assert "unknown target 'tpu' for --backend gpu; models ship for " in said
+                              "v4"])
+    assert "unknown target 'v4' for --backend gpu; models ship for " in said
 
 
 def test_a_measuring_command_offers_every_known_target(capsys):
     from costmodel.cli.common import known_placements, where_label
 
-    said = wrong_use(capsys, ["sweep", "--out", "x", "--target", "tpu"])
+    said = wrong_use(capsys, ["sweep", "--out", "x", "--target", "v4"])
     known = [where_label(b, t) for b, t in known_placements() if t]
-    assert {"gpu/h100", "gpu/a100", "gpu/h200"} <= set(known)
-    assert said == f"costmodel sweep: unknown target 'tpu'; known targets: {', '.join(known)}\n"
+    assert {"gpu/h100", "gpu/a100", "gpu/h200", "tpu/v5e"} <= set(known)
+    assert said == f"costmodel sweep: unknown target 'v4'; known targets: {', '.join(known)}\n"
 
 
 # --help, --explain, a closed pipe ----------------------------------------------------

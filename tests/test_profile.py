@@ -26,6 +26,11 @@ def test_profile_splits_the_measured_compile_into_parts_and_passes():
     assert 0 < len(result.passes) <= 5 and all(s > 0 for s in result.passes.values())
     assert result.prediction.compile_seconds > 0
     assert "HLO passes" in str(result) and "<rect" in result.html()
+    page = result.html()
+    assert "Width: measured compile seconds" in page
+    assert "s predicted (" not in page and "host memory 0 MB" not in page
+    assert page.count(" s measured (") >= 4  # compile, its three parts
+    assert "Host memory is not shown: a profile measures time only" in page
 
 
 def test_a_program_compiled_before_is_not_measured_again():
