@@ -6,7 +6,8 @@ the benches compare:
 - `per_part`: the calibration set's part factors weighted by each program's predicted
   phase shares (what `costmodel calibrate` applied with the schema-10 model);
 - `reference_speed`: the reference timings beside the set's programs over the model's
-  median reference, to its reference power (what `costmodel calibrate` applies now).
+  median reference, to its reference power (what `costmodel calibrate` applied until it
+  took the set's ratio to the model's own predictions, `bench/calibration_choice.py`).
 
 Every record holds what all three need, so older records are scored each way too.
 """
@@ -17,7 +18,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from costmodel.training.measure.calibrate import applied_scale, median_reference
+from costmodel.training.measure.calibrate import median_reference, reference_speed_scale
 
 VIEWS = ("reference_only", "per_part", "reference_speed")
 
@@ -37,4 +38,7 @@ def factors(record: Mapping, shares: Mapping[str, np.ndarray] | None,
                                / reference["training"]["compile_seconds"]),
             "per_part": set_scale if not parts or shares is None
             else sum(np.asarray(shares[part]) * factor for part, factor in parts.items()),
-            "reference_speed": applied_scale(here_reference(record), set_scale, manifest)[0]}
+            # a model without a reference power: the set's median, as calibrate fell back
+            "reference_speed": reference_speed_scale(
+                here_reference(record), manifest.get("reference_seconds"),
+                manifest.get("reference_power")) or set_scale}

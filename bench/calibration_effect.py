@@ -83,7 +83,7 @@ def condition(name: str, which: set[int] | None, rows: pd.DataFrame, artifact) -
     predicted = artifact.predict(inputs)["compile_seconds"]["point"]
     shares = artifact.predictor.part_shares(inputs)
     with cores(which), tempfile.TemporaryDirectory() as tmp:
-        record = calibrate(path=Path(tmp) / "calibration.json", manifest=artifact.manifest)
+        record = calibrate(path=Path(tmp) / "calibration.json", model=artifact)
         measured = measure(rows, name)
     views = factors(record, shares, artifact.manifest)
     per_part = np.broadcast_to(views["per_part"], predicted.shape)

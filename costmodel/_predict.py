@@ -142,7 +142,7 @@ def predict_features(features: Features, model=None) -> Prediction:
     when a model is unusable, ValueError when the model is for another backend or target.
     """
     from costmodel.models import load_default
-    from costmodel.models.calibration import load_calibration
+    from costmodel.models.calibration import load_calibration, widen_interval
 
     artifact = load_model(model) or load_default(features.backend, features.target)
     if (artifact.backend, artifact.target) != (features.backend, features.target):
@@ -151,7 +151,8 @@ def predict_features(features: Features, model=None) -> Prediction:
             f"not {_where(features.backend, features.target)}")
     inputs = features.model_inputs()
     out, distance = artifact.predictor.predict_with_distance([inputs])
-    scale = load_calibration().scale  # this machine's (`costmodel calibrate`)
+    calibration = load_calibration()  # this machine's (`costmodel calibrate`)
+    scale = calibration.scale
 
     def triple(name: str, factor: float = 1.0) -> tuple[float, tuple[float, float]]:
         part = out.get(name)
@@ -161,6 +162,8 @@ def predict_features(features: Features, model=None) -> Prediction:
                 (float(part["lo"][0]) * factor, float(part["hi"][0]) * factor))
 
     seconds, seconds_iv = triple("compile_seconds", scale)
+    # an unsure calibration widens the compile-time interval, never the memory ones
+    seconds_iv = widen_interval(seconds, *seconds_iv, calibration.log_uncertainty)
     rss, rss_iv = triple("peak_rss_bytes")
     exe, exe_iv = triple("executable_memory_bytes")
     return Prediction(seconds, seconds_iv, rss, rss_iv, exe, exe_iv,

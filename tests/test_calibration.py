@@ -4,24 +4,32 @@ factors it records beside from the calibration set, the phase shares."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from costmodel.features.environment import cpu_model, host_cpu_count
-from costmodel.models.calibration import Calibration, load_calibration
+from costmodel.models.calibration import Calibration, load_calibration, widen_interval
 from costmodel.models.table import Table
 from costmodel.training.fitting.phase_model import TERMS, fit_phase_shares
 from costmodel.training.measure.calibrate import (
+    AGREEING_SPREAD,
     calibrate,
+    candidate_spread,
+    candidates,
+    choose_scale,
+    log_uncertainty,
     median_reference,
+    model_ratio_scale,
     part_scales,
     reference_speed_scale,
     training_set,
 )
 from costmodel.training.measure.phases import part_seconds
 
+ROOT = Path(__file__).resolve().parents[1]
 # Shares of the five calibration programs on the training machine (hlo, backend, other),
 # as its sweep measured them, and their compile seconds there.
 TRAINING = {"reference": (0.10, (0.15, 0.45, 0.40)), "fold": (0.40, (0.77, 0.02, 0.21)),
@@ -78,26 +86,87 @@ def test_the_factor_is_the_reference_speed_here_to_the_models_power():
                                   (0.11, None, 0.15, 0.12, 0.14))) == pytest.approx(0.13)
 
 
-def test_calibrate_applies_the_reference_speed_and_records_the_sets_factors(tmp_path,
-                                                                             monkeypatch):
+class OpsModel:
+    """A model stand-in whose prediction of a program is 1 ms per HLO op (the unit under
+    test is calibrate, which divides by whatever the model says)."""
+
+    def predict(self, inputs):
+        return {"compile_seconds": {"point": np.array([i["hlo_ops"] * 1e-3 for i in inputs])}}
+
+
+def _with_inputs(here, ops):
+    return {p: {**f, "model_inputs": {"hlo_ops": n}} for (p, f), n in zip(here.items(), ops)}
+
+
+def test_the_model_ratio_is_the_median_of_the_sets_ratios_to_the_models_predictions():
+    here = _here({"hlo": 1.0, "backend": 2.0, "other": 1.0}, (0.11, 0.12, 0.13, 0.14, 0.15))
+    seconds = [f["compile_seconds"] for f in here.values()]  # 0.145, 0.408, 0.8424, 2.98, 2.95
+    predicted = dict(zip(here, (0.2, 0.5, 1.0, 4.0, 2.0)))
+    ratios = sorted(s / p for s, p in zip(seconds, predicted.values()))
+    assert model_ratio_scale(here, predicted) == pytest.approx(ratios[2])
+    assert model_ratio_scale(here, predicted) == pytest.approx(0.8160)  # the fold program: 0.408 / 0.5
+    manifest = {"reference_seconds": 0.1, "reference_power": 0.8}
+    ways = candidates(here, _training(), manifest, predicted)
+    assert ways == {"model_ratio": pytest.approx(0.8160), "reference_speed":
+                    pytest.approx(1.3 ** 0.8), "calibration_set": pytest.approx(1.56),
+                    "reference_only": pytest.approx(1.45)}
+    # applied: the model ratio; without predictions the reference speed; without a
+    # reference power the set's median
+    assert choose_scale(ways) == (pytest.approx(0.8160), "model_ratio")
+    assert choose_scale({**ways, "model_ratio": None}) == (pytest.approx(1.2335, abs=1e-4),
+                                                            "reference_speed")
+    assert choose_scale({**ways, "model_ratio": None, "reference_speed": None}) == (
+        pytest.approx(1.56), "calibration_set")
+    # spread over model ratio, reference speed and set (not the reference alone)
+    assert candidate_spread(ways) == pytest.approx(1.56 / 0.8160)
+    assert log_uncertainty(1.56 / 0.8160) == pytest.approx(np.log(1.56 / 0.8160 / 1.15))
+    assert log_uncertainty(AGREEING_SPREAD) == 0.0 and log_uncertainty(1.05) == 0.0
+    assert candidate_spread({"model_ratio": 0.9, "reference_speed": None}) == 1.0
+
+
+def test_calibrate_applies_the_model_ratio_and_records_every_candidate(tmp_path, monkeypatch):
     from costmodel.training.measure import calibrate as module
 
-    here = _here({"hlo": 1.0, "backend": 2.0, "other": 1.0}, (0.11, 0.12, 0.13, 0.14, 0.15))
+    here = _with_inputs(_here({"hlo": 1.0, "backend": 2.0, "other": 1.0},
+                              (0.11, 0.12, 0.13, 0.14, 0.15)), (200, 500, 1000, 4000, 2000))
     monkeypatch.setattr(module, "measure_set", lambda programs, progress=None: here)
     manifest = {"version": "test", "calibration_set": _training(), "reference_seconds": 0.1,
                 "reference_power": 0.8}
-    record = calibrate(path=tmp_path / "calibration.json", manifest=manifest, rounds=1)
-    assert record["scale_from"] == "reference_speed"
-    assert record["scale"] == pytest.approx(1.3 ** 0.8)  # median reference 0.13 against 0.1
+    path = tmp_path / "calibration.json"
+    record = calibrate(path=path, manifest=manifest, model=OpsModel(), rounds=1)
+    assert (record["scale_from"], record["scale"]) == ("model_ratio", pytest.approx(0.8160))
+    assert record["candidates"] == {"model_ratio": pytest.approx(0.8160), "reference_speed":
+                                    pytest.approx(1.3 ** 0.8), "calibration_set":
+                                    pytest.approx(1.56), "reference_only": pytest.approx(1.45)}
+    assert record["spread"] == pytest.approx(1.56 / 0.8160)
+    assert record["log_uncertainty"] == pytest.approx(np.log(1.56 / 0.8160 / 1.15))
+    assert record["programs"]["mixed"]["predicted"] == pytest.approx(1.0)
+    assert "model_inputs" not in record["programs"]["mixed"]["here"]
     assert record["reference_seconds"] == {"here": pytest.approx(0.13), "model": 0.1}
     assert record["set_scale"] == pytest.approx(1.56)
     assert record["part_scales"]["backend"] == pytest.approx(1.92, abs=0.01)
-    assert load_calibration(tmp_path / "calibration.json") == Calibration(
-        pytest.approx(1.3 ** 0.8))
-    # a model that records no reference power: the set's median ratio
+    assert load_calibration(path) == Calibration(pytest.approx(0.8160), pytest.approx(0.5083,
+                                                                                       abs=1e-4))
+    # no model to predict with: the reference speed; no reference power either: the set
+    record = calibrate(path=path, manifest=manifest, rounds=1)
+    assert (record["scale_from"], record["scale"]) == ("reference_speed",
+                                                       pytest.approx(1.3 ** 0.8))
+    assert record["candidates"]["model_ratio"] is None
     del manifest["reference_power"]
-    record = calibrate(path=tmp_path / "calibration.json", manifest=manifest, rounds=1)
+    record = calibrate(path=path, manifest=manifest, rounds=1)
     assert (record["scale_from"], record["scale"]) == ("calibration_set", pytest.approx(1.56))
+    assert record["spread"] == 1.0 and record["log_uncertainty"] == 0.0
+
+
+def test_an_interval_widens_by_the_calibrations_uncertainty_in_quadrature():
+    assert widen_interval(1.0, 0.5, 2.0, 0.0) == (0.5, 2.0)
+    low, high = widen_interval(3.0, 1.5, 6.0, 0.75 * np.log(2))
+    # each side's log width log 2 becomes log 2 * sqrt(1 + 0.75^2) = 1.25 log 2
+    assert (low, high) == (pytest.approx(3.0 / 2 ** 1.25), pytest.approx(3.0 * 2 ** 1.25))
+    lopsided = widen_interval(1.0, 0.8, 4.0, np.log(1.2))
+    assert lopsided[0] == pytest.approx(np.exp(-np.hypot(np.log(1.25), np.log(1.2))))
+    assert lopsided[1] == pytest.approx(np.exp(np.hypot(np.log(4.0), np.log(1.2))))
+    assert widen_interval(float("nan"), 1.0, 2.0, 0.5) == (1.0, 2.0)  # nothing to widen
 
 
 def test_calibration_file_applies_only_on_the_machine_that_wrote_it(tmp_path, monkeypatch):
@@ -110,6 +179,10 @@ def test_calibration_file_applies_only_on_the_machine_that_wrote_it(tmp_path, mo
     path.write_text(json.dumps({"scale": 1.25, "part_scales": {"hlo": 1.0, "backend": 1.5,
                                                               "other": 1.1}, **here}))
     assert load_calibration() == Calibration(1.25)  # the parts recorded are not applied
+    path.write_text(json.dumps({"scale": 1.25, "log_uncertainty": 0.2, **here}))
+    assert load_calibration() == Calibration(1.25, 0.2)
+    path.write_text(json.dumps({"scale": 1.25, "log_uncertainty": -0.2, **here}))
+    assert load_calibration() == Calibration(1.25, 0.0)
     path.write_text(json.dumps({"scale": 1.25, **{**here, "cpu_model": "another machine"}}))
     assert load_calibration() == Calibration(1.0)
     path.write_text(json.dumps({"scale": 1.25, **{**here, "cpu_count": 999}}))
@@ -163,13 +236,19 @@ def test_phase_shares_follow_the_sizes_they_were_fitted_on():
 
 @pytest.mark.slow
 def test_calibrate_measures_the_set_here(tmp_path):
+    from costmodel.models import load_default
+
     # the model's figures: this machine's own, so the factors come out near 1
     manifest = {"version": "test", "calibration_set": _training()}
-    record = calibrate(path=tmp_path / "calibration.json", manifest=manifest, rounds=2)
+    record = calibrate(path=tmp_path / "calibration.json", manifest=manifest,
+                       model=load_default("cpu"), rounds=2)
     assert set(record["programs"]) == set(TRAINING)
     assert all(p["here"]["parts"] for p in record["programs"].values())
     assert set(record["part_scales"]) == {"hlo", "backend", "other"}
-    assert record["scale_from"] == "calibration_set"  # the manifest has no reference speed
+    # the features each program's process extracted, predicted by the shipped model
+    assert all(p["predicted"] > 0 for p in record["programs"].values())
+    assert record["scale_from"] == "model_ratio"
+    assert record["candidates"]["reference_speed"] is None  # the manifest has no reference
     assert 0.2 < record["scale"] < 5 and 0.02 < record["reference_seconds"]["here"] < 1
     assert load_calibration(tmp_path / "calibration.json").scale == pytest.approx(record["scale"])
 
@@ -181,16 +260,18 @@ def test_rounds_combine_into_each_programs_median():
         return {"compile_seconds": seconds, "ref_seconds": ref,
                 "parts": None if hlo is None else {"hlo": hlo, "backend": seconds - hlo}}
 
-    rounds = [{"a": figure(1.0, 0.1, 0.2), "b": figure(3.0, None, 1.0)},
+    rounds = [{"a": {**figure(1.0, 0.1, 0.2), "model_inputs": {"hlo_ops": 7.0}},
+               "b": figure(3.0, None, 1.0)},
               {"a": figure(1.6, 0.3, 0.4), "b": figure(2.0, 0.2, None)},
               {"a": figure(1.2, 0.2, 0.3), "b": figure(2.5, 0.4, 0.5)}]
     combined = combine_rounds(rounds)
     assert combined["a"] == {"compile_seconds": 1.2, "ref_seconds": 0.2,
-                             "parts": {"hlo": 0.3, "backend": pytest.approx(0.9)}}
+                             "parts": {"hlo": 0.3, "backend": pytest.approx(0.9)},
+                             "model_inputs": {"hlo_ops": 7.0}}  # the first round's
     # a round without a reference time is left out of that median; one without parts
     # leaves the program without them
     assert combined["b"] == {"compile_seconds": 2.5, "ref_seconds": pytest.approx(0.3),
-                             "parts": None}
+                             "parts": None, "model_inputs": None}
     with pytest.raises(ValueError, match="rounds"):
         calibrate(manifest={"calibration_set": _training()}, rounds=0)
 
@@ -225,3 +306,100 @@ def test_predictions_scale_by_the_records_one_factor(tmp_path, monkeypatch):
     # not the parts weighted by this model's shares (0.25 * 1.0 + 0.5 * 2.0 + 0.25 * 1.2)
     assert scaled.calibration_scale == pytest.approx(1.7)
     assert scaled.compile_seconds == pytest.approx(plain.compile_seconds * 1.7)
+
+
+@pytest.fixture(scope="module")
+def small_model(tmp_path_factory):
+    """A model folder fitted on exact synthetic rows, and a StableHLO module to predict."""
+    import jax
+    import jax.numpy as jnp
+    from conftest import make_rows
+
+    from costmodel.training.fitting.fit import train
+    from costmodel.training.fitting.publish import save
+
+    rows = make_rows(np.geomspace(100, 3000, 60))
+    folder = tmp_path_factory.mktemp("model")
+    save(train(rows, "cpu", "", max_iter=10, n_folds=2).predictor, folder, backend="cpu",
+         target="", data=rows, metrics={}, name="small")
+    return folder, jax.jit(jnp.sin).lower(jnp.ones(8)).as_text()
+
+
+def _calibrated_here(reference_seconds: float) -> dict:
+    """The set measured here 0.6 times the training machine's seconds in every part, the
+    OpsModel predicting each program as the training machine measured it (so the set and
+    the model ratio both say 0.6), with the reference beside them at `reference_seconds`."""
+    here = _here(dict.fromkeys(("hlo", "backend", "other"), 0.6), [reference_seconds] * 5)
+    return _with_inputs(here, [t * 1e3 for t in TRAINING_SECONDS])
+
+
+TRAINING_SECONDS = [seconds for seconds, _ in TRAINING.values()]
+
+
+@pytest.mark.parametrize("reference_seconds, agree", [(0.1 * 0.6 ** (1 / 0.8), True),
+                                                      (0.13, False)])
+def test_intervals_widen_when_the_ways_of_calibrating_disagree(
+        small_model, tmp_path, monkeypatch, reference_seconds, agree):
+    import costmodel
+    from costmodel.training.measure import calibrate as module
+
+    folder, text = small_model
+    path = tmp_path / "calibration.json"
+    monkeypatch.setenv("COSTMODEL_CALIBRATION", str(path))
+    plain = costmodel.predict_stablehlo(text, model=folder)
+    here = _calibrated_here(reference_seconds)
+    monkeypatch.setattr(module, "measure_set", lambda programs, progress=None: here)
+    manifest = {"version": "test", "calibration_set": _training(), "reference_seconds": 0.1,
+                "reference_power": 0.8}
+    record = calibrate(manifest=manifest, model=OpsModel(), rounds=1)
+    assert record["scale"] == pytest.approx(0.6)
+    scaled = costmodel.predict_stablehlo(text, model=folder)
+    assert scaled.compile_seconds == pytest.approx(plain.compile_seconds * 0.6)
+    low, high = (v * 0.6 for v in plain.compile_seconds_interval)
+    if agree:  # the reference speed says 0.6 too: the interval as fitted, scaled
+        assert record["spread"] == pytest.approx(1.0) and record["log_uncertainty"] == 0.0
+        assert scaled.compile_seconds_interval == (pytest.approx(low), pytest.approx(high))
+    else:  # the reference speed says 1.3 ** 0.8 = 1.23: 2.06x apart, 1.79x past agreeing
+        assert record["spread"] == pytest.approx(1.3 ** 0.8 / 0.6)
+        uncertainty = np.log(1.3 ** 0.8 / 0.6 / 1.15)
+        point = scaled.compile_seconds
+        expected = (point * np.exp(-np.hypot(np.log(point / low), uncertainty)),
+                    point * np.exp(np.hypot(np.log(high / point), uncertainty)))
+        assert scaled.compile_seconds_interval == pytest.approx(expected)
+        assert scaled.compile_seconds_interval[0] < low and scaled.compile_seconds_interval[1] > high
+    # host memory is not a calibration's business
+    assert scaled.peak_memory_bytes_interval == plain.peak_memory_bytes_interval
+
+
+def test_calibrate_command_says_how_sure_it_is(tmp_path, monkeypatch, capsys):
+    from costmodel import cli
+    from costmodel.models import load_default
+    from costmodel.training.fitting.fit import features_frame, select_rows
+    from costmodel.training.measure import calibrate as module
+
+    # the shipped model's own predictions of the set (from its training rows' features),
+    # each program measured here 0.7 times that and the reference beside it at 0.09 s
+    rows = select_rows(pd.read_parquet(ROOT / "training/data/cpu/rows.parquet"), "cpu")
+    rows = rows[rows["family"] == "calibration_set"]
+    inputs = features_frame(rows).to_dict("records")
+    points = load_default("cpu").predict(inputs)["compile_seconds"]["point"]
+    here = {json.loads(params)["program"]: {
+        "compile_seconds": 0.7 * p, "ref_seconds": 0.09, "parts": None, "model_inputs": i}
+        for params, p, i in zip(rows["params"], points, inputs)}
+    monkeypatch.setattr(module, "measure_set", lambda programs, progress=None: here)
+    monkeypatch.setenv("COSTMODEL_CALIBRATION", str(tmp_path / "calibration.json"))
+    assert cli.main(["calibrate", "--rounds", "1"]) == 0
+    first, second = capsys.readouterr().out.strip().splitlines()
+    assert first.startswith("calibration scale 0.700 (the calibration set's compiles here "
+                            "over the model's predictions of them, median of 5 programs)")
+    record = json.loads((tmp_path / "calibration.json").read_text())
+    # the reference says (0.09 / 0.1026) ** 0.83 = 0.90, the set's median ratio to the
+    # training machine 0.68: 1.31x apart, 1.14x past agreeing
+    assert record["candidates"]["reference_speed"] == pytest.approx(
+        (0.09 / 0.10263006899913307) ** 0.8308235706629756)
+    assert record["log_uncertainty"] == pytest.approx(np.log(record["spread"] / 1.15))
+    assert second == (
+        "how sure: the ways of calibrating are 1.31x apart (model ratio 0.70, reference speed "
+        "0.90, calibration set 0.68); they disagree, so each bound of a 90% interval moves "
+        "out by up to 1.14x; on 25 stored calibrations of 11 runs the model ratio left "
+        "held-out programs predicted 0.84-1.16x their compile")

@@ -111,17 +111,26 @@ def cmd_calibrate(args) -> int:
             bar.update(1)
 
         result = calibrate(progress=progress, rounds=args.rounds)
-    reference = result["reference_seconds"]
-    source = (f"the reference compiles in {reference['here']:.3f} s here, "
-              f"{reference['model']:.3f} s on the training machine"
-              if result["scale_from"] == "reference_speed"
-              else "the calibration set's median ratio")
-    parts = result.get("part_scales")
-    detail = ("; the set's programs, per part (not applied): "
-              + ", ".join(f"{k} x{v:.2f}" for k, v in parts.items())) if parts else ""
-    emit(result, args.json, f"calibration scale {result['scale']:.3f} ({source}){detail}; "
-                             f"saved to {result.get('path')}")
+    emit(result, args.json, calibration_summary(result))
     return 0
+
+
+def calibration_summary(record: dict) -> str:
+    """What `costmodel calibrate` prints: the scale applied and where it comes from, then
+    how sure it is (`calibrate.confidence`)."""
+    from costmodel.training.measure.calibrate import confidence
+
+    reference = record["reference_seconds"]
+    predicted = sum(1 for p in record["programs"].values() if p.get("predicted"))
+    source = {
+        "model_ratio": "the calibration set's compiles here over the model's predictions "
+                       f"of them, median of {predicted} programs",
+        "reference_speed": f"the reference compiles in {reference['here']:.3f} s here, "
+                           f"{reference['model']:.3f} s on the training machine",
+        "calibration_set": "the calibration set's median ratio to the training machine",
+    }[record["scale_from"]]
+    return (f"calibration scale {record['scale']:.3f} ({source}); saved to "
+            f"{record.get('path')}\n{confidence(record)}")
 
 
 def cmd_export(args) -> int:
