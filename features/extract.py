@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import math
-import threading
 from typing import Any
 
 from . import environment
 from .jaxpr import jaxpr_features
 from .schema import JAXPR_FEATURES, Features
 from .stablehlo import parse_module, stablehlo_features
-
-# One MLIR context serves every parse; the service parses on several threads at once.
-_PARSE_LOCK = threading.Lock()
 
 
 def from_stablehlo(text: str, backend: str | None = "cpu", target: str | None = None) -> Features:
@@ -24,8 +20,12 @@ def from_stablehlo(text: str, backend: str | None = "cpu", target: str | None = 
     Example:
         >>> feats = from_stablehlo(jax.jit(f).lower(x).as_text())
     """
-    with _PARSE_LOCK:
-        return _from_module(parse_module(text), backend, target)
+    # No lock: the threads of a service worker parse and walk at once. Every MLIR call
+    # of the bindings holds the GIL (a parse does not release it), and JAX's context
+    # locks its own uniquing besides (it runs a thread pool), so they interleave as any
+    # Python does; a lock held for a whole extraction made a small request wait behind
+    # a large one.
+    return _from_module(parse_module(text), backend, target)
 
 
 def regions_from_stablehlo(text: str, backend: str | None = "cpu",
@@ -34,9 +34,8 @@ def regions_from_stablehlo(text: str, backend: str | None = "cpu",
     text printed with `as_text(debug_info=True)` carries the locations they come from."""
     from .regions import region_tallies
 
-    with _PARSE_LOCK:
-        module = parse_module(text)
-        return _from_module(module, backend, target), region_tallies(module)
+    module = parse_module(text)
+    return _from_module(module, backend, target), region_tallies(module)
 
 
 def _from_module(module, backend: str | None, target: str | None) -> Features:

@@ -3,10 +3,9 @@ transpose, and their handlers."""
 
 from __future__ import annotations
 
-import math
 import re
 
-from .tensors import TensorInfo, tensor
+from .tensors import TensorInfo, product, tensor
 
 _DOT_DIMS = re.compile(r"((?:lhs|rhs)_(?:batching|contracting)_dimensions) = \[([0-9, ]*)\]")
 
@@ -32,8 +31,8 @@ def dot_stats(op, tensor=tensor) -> tuple[float, bool, int]:
     def free_and_contracted(info: TensorInfo, side: str) -> tuple[int, int]:
         contracting = dims.get(f"{side}_contracting_dimensions", [])
         skipped = set(contracting) | set(dims.get(f"{side}_batching_dimensions", []))
-        free = math.prod(n for i, n in enumerate(info.shape) if i not in skipped)
-        return free, math.prod(info.shape[i] for i in contracting if i < len(info.shape))
+        free = product([n for i, n in enumerate(info.shape) if i not in skipped])
+        return free, product([info.shape[i] for i in contracting if i < len(info.shape)])
 
     lhs_free, contracted = free_and_contracted(lhs, "lhs")
     flops = 0.0 if out is None else 2.0 * out.elements * contracted
