@@ -37,12 +37,15 @@ class TensorInfo:
     """A tensor type's shape and element type, with its element count and bytes worked
     out once (the walk asks for them at every op)."""
 
-    __slots__ = ("shape", "dtype", "elements", "nbytes")
+    __slots__ = ("shape", "dtype", "elements", "nbytes", "key", "wide", "complex")
 
     def __init__(self, shape: tuple[int, ...], dtype: str) -> None:
         self.shape, self.dtype = shape, dtype
         self.elements = product(shape)
         self.nbytes = self.elements * element_bytes(dtype)
+        self.key = (shape, dtype)
+        self.wide = dtype in ("f64", "complex<f64>")  # 64-bit floats
+        self.complex = dtype.startswith("complex")
 
     def __eq__(self, other) -> bool:
         return isinstance(other, TensorInfo) and (self.shape, self.dtype) == (other.shape,
@@ -73,8 +76,9 @@ def cached():
     types: dict = {}
 
     def lookup(mlir_type) -> TensorInfo | None:
-        if mlir_type not in types:
-            types[mlir_type] = tensor(mlir_type)
-        return types[mlir_type]
+        info = types.get(mlir_type, types)
+        if info is types:
+            info = types[mlir_type] = tensor(mlir_type)
+        return info
 
     return lookup

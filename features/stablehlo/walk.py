@@ -95,9 +95,13 @@ class Walker:
             # values are keyed by ints from here on (hashing a binding's value is slow)
             operand_values = list(op.operands)
             operands = [ids.get(v) or key_of(v) for v in operand_values]
-            results = [ids.get(v) or key_of(v) for v in op.results]
-            types = [result.type for result in op.results]
+            result_values = list(op.results)
+            results = [ids.get(v) or key_of(v) for v in result_values]
+            types = [result.type for result in result_values]
             infos = [self.tensor(t) for t in types]
+            regions = op.regions
+            if not len(regions):
+                regions = ()
             if fusions is None:
                 pass
             elif name == "call":
@@ -110,7 +114,8 @@ class Walker:
                 reads = None
                 if name == "slice" and operand_values:
                     reads = self._slice_reads(operand_values[0], op)
-                self._fuse(fusions, op, name, operands, results, infos, types, reads)
+                self._fuse(fusions, op, name, operands, results, infos, types, reads,
+                           bool(regions))
             if full in HLO_STRUCTURAL:
                 continue
             before = 0
@@ -134,7 +139,7 @@ class Walker:
             if isinstance(how, Callee) and how.name in self.funcs:
                 inner = self.function(how.name).chain
             branches = "region" if how is BRANCHES else None
-            for region in op.regions:
+            for region in regions:
                 for inner_block in region.blocks:
                     inner = max(inner, self._block(inner_block, tally, trips, depth, branches))
             longest = max(longest, _chain_end(results, chain_to, before + 1 + inner))
@@ -248,7 +253,8 @@ class Walker:
         return self._sizes[name]
 
     def _fuse(self, fusions: Fusions, op, name: str, operands: list, results: list,
-              infos: list, types: list, reads: int | None = None) -> None:
+              infos: list, types: list, reads: int | None = None,
+              has_regions: bool | None = None) -> None:
         """Visit one op into `fusions` (`operands`/`results` are its values' keys there,
         `types` its results' types, `reads` what it reads in place of its first operand,
         see `Fusions.visit`), with the layout copy XLA:CPU puts before a dot operand it
@@ -266,7 +272,9 @@ class Walker:
             key = (name, _attributes(op), tuple(self._type_text(t) for t in types))
             # XLA's CSE merges equal ops before it fuses (JAX writes a constant and its
             # broadcast for every scalar operand)
-            if not op.regions and fusions.merged(key, operands, results):
+            if has_regions is None:
+                has_regions = bool(len(op.regions))
+            if not has_regions and fusions.merged(key, operands, results):
                 return
         fusions.visit(operands, results, name, weight, rank(infos), key, reads)
 
@@ -291,7 +299,10 @@ def _small_constant(name: str, infos: list) -> bool:
 def _attributes(op) -> tuple:
     """An op's attributes as text, to compare ops by (the bindings cannot hand out some,
     e.g. a complex constant's value: then the op's printed form without its values' names)."""
+    attributes = op.attributes
+    if not len(attributes):
+        return ()
     try:
-        return tuple((name, str(op.attributes[name])) for name in op.attributes)
+        return tuple((name, str(attributes[name])) for name in attributes)
     except TypeError:
         return (re.sub(r"%[^\s,:)\]]+", "", op.get_asm(print_generic_op_form=True)),)
