@@ -4,6 +4,7 @@ transpose, and their handlers."""
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from .tensors import TensorInfo, product, tensor
 
@@ -61,9 +62,15 @@ def transposed_dot_operands(op, tensor=tensor) -> list[tuple[int, tuple]]:
 
 
 def _dot_dims(op) -> dict[str, list[int]]:
-    text = str(op.attributes["dot_dimension_numbers"])
+    return _dims_of(op.attributes["dot_dimension_numbers"])
+
+
+@lru_cache(maxsize=4096)
+def _dims_of(attribute) -> dict[str, list[int]]:
+    # MLIR attributes are uniqued: a program's dots share a few, printed once each here
+    # (read only: every dot with this attribute gets this dict)
     return {key: [int(d) for d in value.split(",") if d.strip()]
-            for key, value in _DOT_DIMS.findall(text)}
+            for key, value in _DOT_DIMS.findall(str(attribute))}
 
 
 def operand_transposed(rank: int, batch: list[int], contracting: list[int],
