@@ -73,8 +73,9 @@ def main(quick: bool = False, compile_too: bool = True) -> None:
             timed(lambda: jax.jit(make()).trace(*args).lower().compile()) for _ in range(2)
         ) if compile_too else float("nan")
         share = f"{pr / comp:.1%}" if comp >= 5 else "-"
-        print(f"{name:<22}{ops:>7.0f}{lo:>11.3f}s{pr:>9.3f}s{pr / lo:>7.2f}{comp:>9.2f}s"
-              f"{share:>13}", flush=True)
+        shown = f"{comp:>9.2f}s" if compile_too else f"{'-':>10}"
+        print(f"{name:<22}{ops:>7.0f}{lo:>11.3f}s{pr:>9.3f}s{pr / lo:>7.2f}{shown}{share:>13}",
+              flush=True)
     print(f"median ratio predict / trace+lower: {statistics.median(ratios):.2f}")
 
 
