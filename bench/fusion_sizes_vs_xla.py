@@ -106,10 +106,10 @@ def xla_sizes(text: str) -> list[int]:
     return [ops for ops, _, _ in xla_fusions(text)]
 
 
-def emulated_fusions(text: str) -> list[list]:
-    """The emulator's fusions of a StableHLO module, `[ops, cost, indexing ops, kernel]`
-    each (`Fusions.groups`), as the features see them: the entry's fusions with its
-    callees inlined, and its loop bodies'."""
+def emulated_fusions(text: str) -> list[tuple]:
+    """The emulator's fusions of a StableHLO module, `(ops, cost, indexing ops, kernel,
+    inputs)` each (`Fusions.groups`), as the features see them: the entry's fusions with
+    its callees inlined, and its loop bodies', each as often as it occurs."""
     from costmodel.features.stablehlo.combine import combine
     from costmodel.features.stablehlo.parse import entry_function, functions, parse_module
     from costmodel.features.stablehlo.walk import Walker
@@ -117,9 +117,10 @@ def emulated_fusions(text: str) -> list[list]:
     module = parse_module(text)  # the functions live only as long as their module
     funcs = functions(module)
     entry = entry_function(funcs)
-    walker = Walker(funcs)
+    walker = Walker(funcs, entry=entry)
     tallies = {name: walker.function(name) for name in funcs}
-    return combine(entry, tallies, {})["fusions"] + tallies[entry].body_fusions
+    counts = combine(entry, tallies, {})["fusions"] + tallies[entry].body_fusions
+    return [group for group, times in counts.items() for _ in range(times)]
 
 
 def emulated_sizes(text: str) -> list[int]:

@@ -2,10 +2,14 @@
 
 For each program: trace+lower alone, `costmodel.predict` (which traces, lowers, extracts
 features and runs the model), and the real compile; new function objects each time,
-interleaved, median of 5 (compile: median of 2). Reports predict/(trace+lower) and, for
-programs compiling in 5 s or more, predict/compile.
+interleaved, median of 5 (compile: median of 2). Reports each program's StableHLO op
+count, predict/(trace+lower) and, for programs compiling in 5 s or more, predict/compile;
+then the median ratio over the programs.
 
-    python bench/predict_overhead.py [--quick]   # --quick skips the ~2-minute grad compile
+    python bench/predict_overhead.py [--quick] [--no-compile]
+
+`--quick` skips the ~2-minute grad compile; `--no-compile` skips every compile (the
+ratio to trace+lower alone, e.g. beside a timing sweep).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import jax.numpy as jnp
 from jax import lax
 
 import costmodel
+from costmodel.features import extract
 
 
 def programs(quick: bool = False):
@@ -36,6 +41,9 @@ def programs(quick: bool = False):
             jax.ShapeDtypeStruct((64, 64), jnp.float32))
     for steps in (10, 100, 300, 1000):
         yield f"unrolled {steps}", (lambda s=steps: unrolled(s)), args
+    # six StableHLO ops a step: programs of about 1k, 10k and 60k ops
+    for ops in (1_000, 10_000, 60_000):
+        yield f"unrolled {ops // 1000}k ops", (lambda s=ops // 6: unrolled(s)), args
     yield "scan 1000", (lambda: scanned(1000)), args
     if not quick:
         yield "grad unrolled 300", (lambda: jax.grad(lambda x, w: unrolled(300)(x, w).sum())), args
@@ -47,25 +55,31 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def main(quick: bool = False) -> None:
+def main(quick: bool = False, compile_too: bool = True) -> None:
     jax.config.update("jax_enable_compilation_cache", False)
     costmodel.predict(lambda x: x + 1, jnp.ones(3))  # load the model once
-    print(f"{'program':<22}{'trace+lower':>12}{'predict':>10}{'ratio':>7}{'compile':>10}"
-          f"{'pred/compile':>13}")
+    print(f"{'program':<22}{'ops':>7}{'trace+lower':>12}{'predict':>10}{'ratio':>7}"
+          f"{'compile':>10}{'pred/compile':>13}")
+    ratios = []
     for name, make, args in programs(quick):
         lower_t, predict_t = [], []
         for _ in range(5):
             lower_t.append(timed(lambda: jax.jit(make()).trace(*args).lower()))
             predict_t.append(timed(lambda: costmodel.predict(make(), *args)))
         lo, pr = statistics.median(lower_t), statistics.median(predict_t)
+        ratios.append(pr / lo)
+        ops = extract(make(), *args, backend="cpu")["hlo_ops"]
         comp = statistics.median(
-            timed(lambda: jax.jit(make()).trace(*args).lower().compile()) for _ in range(2))
+            timed(lambda: jax.jit(make()).trace(*args).lower().compile()) for _ in range(2)
+        ) if compile_too else float("nan")
         share = f"{pr / comp:.1%}" if comp >= 5 else "-"
-        print(f"{name:<22}{lo:>11.3f}s{pr:>9.3f}s{pr / lo:>7.2f}{comp:>9.2f}s{share:>13}",
+        shown = f"{comp:>9.2f}s" if compile_too else f"{'-':>10}"
+        print(f"{name:<22}{ops:>7.0f}{lo:>11.3f}s{pr:>9.3f}s{pr / lo:>7.2f}{shown}{share:>13}",
               flush=True)
+    print(f"median ratio predict / trace+lower: {statistics.median(ratios):.2f}")
 
 
 if __name__ == "__main__":
     import sys
 
-    main(quick="--quick" in sys.argv)
+    main(quick="--quick" in sys.argv, compile_too="--no-compile" not in sys.argv)

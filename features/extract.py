@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 import threading
 from typing import Any
@@ -10,9 +12,34 @@ from . import environment
 from .jaxpr import jaxpr_features
 from .schema import JAXPR_FEATURES, Features
 from .stablehlo import parse_module, stablehlo_features
+from .text_guard import RefusedText
 
-# One MLIR context serves every parse; the service parses on several threads at once.
-_PARSE_LOCK = threading.Lock()
+# `region_tallies` records every op at every call of its function (a line's ops are
+# charged to each stack that reaches them): it refuses a module that inlines to more ops.
+# The corpus's largest program inlines to 193k.
+MAX_BLAMED_OPS = 2_000_000
+
+# The walk builds a few small containers per op and frees them by reference counting, but
+# each allocation counts towards the cyclic collector, whose passes over the growing heap
+# took a third of a 100k-op walk. It is paused while any thread extracts.
+_GC_LOCK = threading.Lock()
+_gc_pausers = [0, False]  # threads extracting, whether the collector was on before
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    with _GC_LOCK:
+        if _gc_pausers[0] == 0:
+            _gc_pausers[1] = gc.isenabled()
+            gc.disable()
+        _gc_pausers[0] += 1
+    try:
+        yield
+    finally:
+        with _GC_LOCK:
+            _gc_pausers[0] -= 1
+            if _gc_pausers[0] == 0 and _gc_pausers[1]:
+                gc.enable()
 
 
 def from_stablehlo(text: str, backend: str | None = "cpu", target: str | None = None) -> Features:
@@ -24,19 +51,30 @@ def from_stablehlo(text: str, backend: str | None = "cpu", target: str | None = 
     Example:
         >>> feats = from_stablehlo(jax.jit(f).lower(x).as_text())
     """
-    with _PARSE_LOCK:
+    # No lock: the threads of a service worker parse and walk at once. Every MLIR call
+    # of the bindings holds the GIL (a parse does not release it), and JAX's context
+    # locks its own uniquing besides (it runs a thread pool), so they interleave as any
+    # Python does; a lock held for a whole extraction made a small request wait behind
+    # a large one.
+    with _collector_paused():
         return _from_module(parse_module(text), backend, target)
 
 
 def regions_from_stablehlo(text: str, backend: str | None = "cpu",
                            target: str | None = None) -> tuple[Features, dict]:
     """Features of StableHLO module text and its ops' source regions (`regions.py`):
-    text printed with `as_text(debug_info=True)` carries the locations they come from."""
+    text printed with `as_text(debug_info=True)` carries the locations they come from.
+    Raises `RefusedText` for a module that inlines to more than `MAX_BLAMED_OPS` ops."""
     from .regions import region_tallies
 
-    with _PARSE_LOCK:
+    with _collector_paused():
         module = parse_module(text)
-        return _from_module(module, backend, target), region_tallies(module)
+        features = _from_module(module, backend, target)
+        inlined = features.values["hlo_ops_inlined"]
+        if inlined > MAX_BLAMED_OPS:
+            raise RefusedText(f"inlines to {inlined:.3g} ops once every call is expanded; "
+                              f"blame takes at most {MAX_BLAMED_OPS:,}")
+        return features, region_tallies(module)
 
 
 def _from_module(module, backend: str | None, target: str | None) -> Features:
@@ -66,7 +104,8 @@ def from_lowered(traced, lowered, backend: str | None = "cpu", target: str | Non
     as much. `jaxpr=False` leaves the jaxpr features NaN: the model does not read them,
     and prediction skips their cost.
     """
-    features = _from_module(lowered.compiler_ir("stablehlo"), backend, target)
+    with _collector_paused():
+        features = _from_module(lowered.compiler_ir("stablehlo"), backend, target)
     if traced is None or not jaxpr:
         return features
     values = dict(features.values)

@@ -194,7 +194,7 @@ def test_every_tally_field_combines_by_its_one_declared_rule():
         T.added: lambda a, b: a + b, T.trip_weighted: lambda a, b: a + 3.0 * b,
         T.larger: max, T.deeper_by_loops: lambda a, b: max(a, 2 + b),
         T.deeper_by_one: lambda a, b: max(a, 1 + b),
-        T.merged: lambda a, b: a + b, T.extended: lambda a, b: a + b,
+        T.merged: lambda a, b: a + b, T.appended: lambda a, b: a + b,
     }
     caller, callee = T.Tally(), T.Tally()
     for f in T.FIELDS:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from ..constant_folding import ConstantFolding
 from ..schema import CATEGORIES, HISTOGRAM_OPS, STABLEHLO_FEATURES
 from .combine import combine, kernel_sequences
 from .contractions import dot_flops
 from .parse import entry_function, functions
-from .tally import FIELDS, module_totals
+from .tally import FIELDS, appended, module_totals
 from .tensors import tensor
-from .walk import Walker
+from .walk import InliningBudgetExceeded, Walker
 
 
 def stablehlo_features(module, backend: str = "cpu") -> tuple[dict[str, float], dict]:
@@ -19,8 +21,12 @@ def stablehlo_features(module, backend: str = "cpu") -> tuple[dict[str, float], 
 
     funcs = functions(module)
     entry = entry_function(funcs)
-    walker = Walker(funcs, xla_cpu=backend == "cpu")
-    tallies = {name: walker.function(name) for name in funcs}
+    try:
+        walker = Walker(funcs, xla_cpu=backend == "cpu", entry=entry)
+        tallies = {name: walker.function(name) for name in funcs}
+    except InliningBudgetExceeded:
+        walker = Walker(funcs, xla_cpu=backend == "cpu", inline=False)
+        tallies = {name: walker.function(name) for name in funcs}
     combined = combine(entry, tallies, {})
     folds = ConstantFolding(funcs, walker.tensor, dot_flops(walker.tensor)).function(entry)[0]
     totals = module_totals(tallies)
@@ -33,11 +39,13 @@ def stablehlo_features(module, backend: str = "cpu") -> tuple[dict[str, float], 
             values[f.total] = totals[f.name]
     values["hlo_functions"] = len(funcs)
     values.update(folds.features())
-    values.update(_fusion_features(combined["fusions"] + tallies[entry].body_fusions))
+    values.update(_fusion_features(appended(Counter(combined["fusions"]),
+                                            tallies[entry].body_fusions)))
     values["chain_length"] = tallies[entry].chain
-    body, nested = kernel_sequences(entry, tallies, {})
-    values["sequence_kernels_max"] = max([body, *nested])
-    values["sequence_kernel_squares"] = sum(n * n for n in [body, *nested])
+    body, nested = kernel_sequences(entry, tallies, {}, inlined=walker.inline)
+    values["sequence_kernels_max"] = max([body, *(n for n, times in nested.items() if times)])
+    values["sequence_kernel_squares"] = body * body + sum(
+        _float(times) * (n * n) for n, times in nested.items())
     for category in CATEGORIES:
         values[f"cat_{category}"] = combined["categories"].get(category, 0)
     for op_name in HISTOGRAM_OPS:
@@ -54,21 +62,37 @@ def stablehlo_features(module, backend: str = "cpu") -> tuple[dict[str, float], 
         "op_histogram": dict(sorted(combined["histogram"].items())),
         "custom_call_targets": dict(sorted(totals["targets"].items())),
         "entry_function": entry,
+        "calls_fused_in_place": walker.inline,
     }
-    return {k: float(v) for k, v in values.items()}, info
+    return {k: _float(v) for k, v in values.items()}, info
 
 
-def _fusion_features(fusions: list) -> dict[str, float]:
-    """The fusion_* features of `[ops, cost, indexing ops, signature, inputs]` per fusion."""
-    sizes = [size for size, *_ in fusions]
-    distinct = {signature: cost for _, cost, _, signature, _ in fusions}
+# The largest value a feature takes: counts multiplied along calls (functions calling the
+# next one twice, 60 deep: 2**61 ops) or through loops grow past any float. No program
+# that compiles comes near it.
+MAX_VALUE = 1e30
+
+
+def _float(value) -> float:
+    """`value` as a float no larger than `MAX_VALUE` (an int of any size, or inf)."""
+    return float(value) if -MAX_VALUE <= value <= MAX_VALUE else MAX_VALUE
+
+
+def _fusion_features(fusions: Counter) -> dict[str, float]:
+    """The fusion_* features of the fusions `(ops, cost, indexing ops, signature,
+    inputs)` -> how many such."""
+    times = {group: _float(n) for group, n in fusions.items() if n}
+    groups = sum(times.values())
+    distinct = {signature: cost for _, cost, _, signature, _ in times}
     return {
-        "fusion_groups": len(sizes),
-        "fusion_max_size": max(sizes) if sizes else 0,
-        "fusion_mean_size": sum(sizes) / len(sizes) if sizes else 0.0,
-        "fusion_cost_squares": sum(cost * cost for _, cost, *_ in fusions),
-        "fusion_cost_inputs": sum(cost * inputs for _, cost, _, _, inputs in fusions),
-        "fusion_indexing_squares": sum(n * n for _, _, n, *_ in fusions),
+        "fusion_groups": groups,
+        "fusion_max_size": max((size for size, *_ in times), default=0),
+        "fusion_mean_size": sum(size * n for (size, *_), n in times.items()) / groups
+        if groups else 0.0,
+        "fusion_cost_squares": sum(cost * cost * n for (_, cost, *_), n in times.items()),
+        "fusion_cost_inputs": sum(cost * inputs * n
+                                  for (_, cost, _, _, inputs), n in times.items()),
+        "fusion_indexing_squares": sum(k * k * n for (_, _, k, *_), n in times.items()),
         "fusion_distinct": len(distinct),
         "fusion_distinct_cost": sum(distinct.values()),
     }

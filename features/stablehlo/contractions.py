@@ -3,10 +3,10 @@ transpose, and their handlers."""
 
 from __future__ import annotations
 
-import math
 import re
+from functools import lru_cache
 
-from .tensors import TensorInfo, tensor
+from .tensors import TensorInfo, product, tensor
 
 _DOT_DIMS = re.compile(r"((?:lhs|rhs)_(?:batching|contracting)_dimensions) = \[([0-9, ]*)\]")
 
@@ -32,8 +32,8 @@ def dot_stats(op, tensor=tensor) -> tuple[float, bool, int]:
     def free_and_contracted(info: TensorInfo, side: str) -> tuple[int, int]:
         contracting = dims.get(f"{side}_contracting_dimensions", [])
         skipped = set(contracting) | set(dims.get(f"{side}_batching_dimensions", []))
-        free = math.prod(n for i, n in enumerate(info.shape) if i not in skipped)
-        return free, math.prod(info.shape[i] for i in contracting if i < len(info.shape))
+        free = product([n for i, n in enumerate(info.shape) if i not in skipped])
+        return free, product([info.shape[i] for i in contracting if i < len(info.shape)])
 
     lhs_free, contracted = free_and_contracted(lhs, "lhs")
     flops = 0.0 if out is None else 2.0 * out.elements * contracted
@@ -62,9 +62,15 @@ def transposed_dot_operands(op, tensor=tensor) -> list[tuple[int, tuple]]:
 
 
 def _dot_dims(op) -> dict[str, list[int]]:
-    text = str(op.attributes["dot_dimension_numbers"])
+    return _dims_of(op.attributes["dot_dimension_numbers"])
+
+
+@lru_cache(maxsize=4096)
+def _dims_of(attribute) -> dict[str, list[int]]:
+    # MLIR attributes are uniqued: a program's dots share a few, printed once each here
+    # (read only: every dot with this attribute gets this dict)
     return {key: [int(d) for d in value.split(",") if d.strip()]
-            for key, value in _DOT_DIMS.findall(text)}
+            for key, value in _DOT_DIMS.findall(str(attribute))}
 
 
 def operand_transposed(rank: int, batch: list[int], contracting: list[int],

@@ -10,7 +10,6 @@ from ..categories import (
     SINGLE_USE_HLO,
     UNDUPLICATED_HLO,
 )
-from .slices import resolve, sliced_dimension
 from .tensors import tensor
 
 
@@ -82,38 +81,47 @@ class Fusions:
         self._arrays_read: dict = {}
 
     def visit(self, operands: list, results: list, name: str, weight: float | None,
-              rank: int | None, signature=None) -> None:
+              rank: int | None, signature=None, reads=None) -> None:
         """Record the next op of the block: its SSA values, its name, its fusion cost
         (None if it does not fuse), the rank of its first result and what tells it from
-        another op of its kind (`signature`: attributes and result types)."""
+        another op of its kind (`signature`: attributes and result types). `reads`: what
+        a slice reads in place of its first operand, an operand of the concatenate it
+        slices (`slices`)."""
         position = self._count
         self._count += 1
-        read = tuple(self._signature.get(self._producer.get(operand))
-                     for operand in operands if self._producer.get(operand) in self._constants)
-        self._signature[position] = (name, signature, read)
+        producer_of, constants = self._producer, self._constants
+        producers = [producer_of.get(operand) for operand in operands]
+        self._signature[position] = (name, signature, tuple(
+            self._signature.get(producer) for producer in producers if producer in constants))
         if name == "constant":
-            self._constants.add(position)
-        if name == "slice" and operands and hasattr(results[0] if results else None, "owner"):
-            operands = [self._sliced(operands[0], results[0]), *operands[1:]]
+            constants.add(position)
+        if reads is not None:
+            self._bypassed.add(producers[0])
+            operands = [reads, *operands[1:]]
+            producers = [producer_of.get(reads), *producers[1:]]
         arrays = 0
         read = []
-        for operand in operands:
-            producer = self._producer.get(operand)
+        spread, ranks, users = self._spread, self._rank, self._users
+        for operand, producer in zip(operands, producers):
             if producer is None:
                 read.append(operand)
-            elif producer not in self._spread and self._rank.get(producer) != 0:
+                arrays += 1
+                continue
+            theirs = ranks.get(producer)
+            if producer not in spread and theirs != 0:
                 read.append(producer)
-            if producer is not None:
-                self._users.setdefault(producer, set()).add(position)
-                if producer in self._spread or self._lower_rank(producer, rank):
-                    continue
+            users.setdefault(producer, set()).add(position)
+            # a broadcast, an iota, a scalar or a lower-rank operand is no array read
+            if producer in spread or (rank is not None and theirs is not None
+                                      and theirs < rank):
+                continue
             arrays += 1
         self._arrays_read[position] = read
         for result in results:
-            self._producer[result] = position
-        self._rank[position] = rank
+            producer_of[result] = position
+        ranks[position] = rank
         if name in ("broadcast_in_dim", "iota") or (name == "constant" and rank == 0):
-            self._spread.add(position)
+            spread.add(position)
         if weight is not None:
             self._fusible[position] = (weight, name not in UNDUPLICATED_HLO,
                                        name in INDEXING_HLO, arrays <= 1,
@@ -149,22 +157,6 @@ class Fusions:
         returns, once XLA has inlined the call)."""
         if source in self._producer:
             self._producer[value] = self._producer[source]
-
-    def _sliced(self, value, result):
-        """What a slice of `value` reads: one operand of a concatenate (`slices`)."""
-        along = sliced_dimension(value, result.owner)
-        if along is None:
-            return value
-        read = resolve(value, *along)
-        if read is not value:
-            self._bypassed.add(self._producer.get(value))
-        return read
-
-    def _lower_rank(self, producer: int, rank: int | None) -> bool:
-        """Whether `producer`'s result has lower rank than `rank` (an index or a scalar
-        operand, not an array read element by element)."""
-        theirs = self._rank.get(producer)
-        return rank is not None and theirs is not None and theirs < rank
 
     def _blocked(self) -> set:
         """Fusible ops from which some path to one of their users runs through an op
@@ -210,8 +202,8 @@ class Fusions:
                     frontier.append(user)
         return len(readers)
 
-    def groups(self) -> list[list]:
-        """`[ops, summed cost weights, indexing ops, signature, inputs]` of each fusion
+    def groups(self) -> list[tuple]:
+        """`(ops, summed cost weights, indexing ops, signature, inputs)` of each fusion
         (equal signatures: the same kernel; inputs: the distinct arrays it reads from
         outside, its fused computation's parameters)."""
         blocked = self._blocked()
@@ -265,7 +257,7 @@ class Fusions:
                 outside = targets - fusion_of.get(array, set())
                 for fusion in outside:
                     groups[fusion][4].add(array)
-        return [[*group[:3], hash(tuple(sorted(map(repr, group[3])))), len(group[4])]
+        return [(*group[:3], hash(tuple(sorted(map(repr, group[3])))), len(group[4]))
                 for group in groups if group[0]]
 
 

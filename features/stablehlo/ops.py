@@ -62,13 +62,16 @@ def count(tally: Tally, name: str, infos: list, trips: float) -> None:
     for info in infos:
         if info is None:
             continue
-        tally.tensor_max = max(tally.tensor_max, info.elements)
-        tally.tensor_sum += info.elements
-        tally.max_rank = max(tally.max_rank, len(info.shape))
-        tally.shapes.add((info.shape, info.dtype))
-        if info.dtype == "f64" or info.dtype == "complex<f64>":
+        elements = info.elements
+        if elements > tally.tensor_max:
+            tally.tensor_max = elements
+        tally.tensor_sum += elements
+        if len(info.shape) > tally.max_rank:
+            tally.max_rank = len(info.shape)
+        tally.shapes.add(info.key)
+        if info.wide:
             tally.f64_ops += 1
-        if info.dtype.startswith("complex"):
+        if info.complex:
             tally.complex_ops += 1
 
 

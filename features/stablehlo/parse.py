@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+import threading
 
 from ..text_guard import StableHLOParseError, check_module_text
 
+_CONTEXT: list = []
+_CONTEXT_LOCK = threading.Lock()
 
-@lru_cache(maxsize=1)
+
 def _context():
-    # jax registers stablehlo, chlo, func, sdy and friends on the context it builds.
-    from jax._src.interpreters import mlir
+    """The one MLIR context every parse uses, made by the first (threads may ask at once)."""
+    if not _CONTEXT:
+        with _CONTEXT_LOCK:
+            if not _CONTEXT:
+                # jax registers stablehlo, chlo, func, sdy and friends on the context it builds
+                from jax._src.interpreters import mlir
 
-    return mlir.make_ir_context()
+                _CONTEXT.append(mlir.make_ir_context())
+    return _CONTEXT[0]
 
 
 def parse_module(text: str, check: bool = True):

@@ -43,8 +43,21 @@ def merged(mine: Counter, theirs: Counter, call: Call) -> Counter:
     return mine
 
 
-def extended(mine: list, theirs: list, call: Call) -> list:
-    mine.extend(theirs)
+def counted(items) -> Counter:
+    """How many times each of `items` occurs, keyed in the order of their last occurrence
+    (see `appended`)."""
+    counts: Counter = Counter()
+    for item in items:
+        counts[item] = counts.pop(item, 0) + 1
+    return counts
+
+
+def appended(mine: Counter, theirs: Counter, call: Call | None = None) -> Counter:
+    """`theirs` counted after `mine`, each key moved to where it last occurs (as though
+    the counts were a list extended by `theirs`: features that keep the last of equal
+    keys read them in that order)."""
+    for key, times in theirs.items():
+        mine[key] = mine.pop(key, 0) + times
     return mine
 
 
@@ -102,9 +115,11 @@ FIELDS = (
     Field("shapes", set, over_module=distinct, total="distinct_shapes"),
     Field("dot_flops", float, trip_weighted, "dot_flops"),
     Field("conv_flops", float, trip_weighted, "conv_flops"),
-    Field("fusions", list, extended),  # [ops, cost, indexing ops] per fusion
+    # fusion (ops, cost, indexing ops, signature, inputs) -> how many: loop bodies and
+    # branches (and function bodies, when calls are not inlined: see `Walker`)
+    Field("fusions", Counter, appended),
     # a function body's own fusions, its calls inlined into it (read from the entry only)
-    Field("body_fusions", list),
+    Field("body_fusions", Counter),
     Field("f64_ops", int, over_module=sum, total="f64_ops"),
     Field("complex_ops", int, over_module=sum, total="complex_ops"),
     Field("matrix_vector_dots", int, added, "dot_matrix_vector"),
@@ -114,7 +129,8 @@ FIELDS = (
     # Read from one function, not combined:
     Field("chain", int),  # longest dependency chain, through regions and callees
     Field("uses", Counter),  # SSA value -> number of uses
-    # (kernels, callees, is the function's own body) per block that runs as one sequence
+    # (kernels, fusions, callees, is the function's own body) per block that runs as one
+    # sequence
     Field("sequences", list),
 )
 ALONG_CALLS = tuple(f for f in FIELDS if f.along is not None)

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 _ELEMENT_BYTES = {
     "f64": 8, "f32": 4, "f16": 2, "bf16": 2, "tf32": 4,
     "i64": 8, "i32": 4, "i16": 2, "i8": 1, "i4": 1, "i2": 1, "i1": 1,
@@ -21,18 +18,44 @@ def element_bytes(element_type: str) -> int:
     return _ELEMENT_BYTES.get(element_type, 4)
 
 
-@dataclass
+# Element counts saturate here: a declared shape may multiply out to thousands of digits
+# (40 dimensions of 2**63), which no float holds; no array that exists comes near it.
+MAX_ELEMENTS = 2 ** 62
+
+
+def product(dims) -> int:
+    """The product of `dims`, saturating at `MAX_ELEMENTS` (1 for none)."""
+    total = 1
+    for dim in dims:
+        total *= dim
+        if total > MAX_ELEMENTS:
+            return MAX_ELEMENTS if all(d != 0 for d in dims) else 0
+    return total
+
+
 class TensorInfo:
-    shape: tuple[int, ...]
-    dtype: str
+    """A tensor type's shape and element type, with its element count and bytes worked
+    out once (the walk asks for them at every op)."""
 
-    @property
-    def elements(self) -> int:
-        return math.prod(self.shape) if self.shape else 1
+    __slots__ = ("shape", "dtype", "elements", "nbytes", "key", "wide", "complex")
 
-    @property
-    def nbytes(self) -> int:
-        return self.elements * element_bytes(self.dtype)
+    def __init__(self, shape: tuple[int, ...], dtype: str) -> None:
+        self.shape, self.dtype = shape, dtype
+        self.elements = product(shape)
+        self.nbytes = self.elements * element_bytes(dtype)
+        self.key = (shape, dtype)
+        self.wide = dtype in ("f64", "complex<f64>")  # 64-bit floats
+        self.complex = dtype.startswith("complex")
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, TensorInfo) and (self.shape, self.dtype) == (other.shape,
+                                                                               other.dtype)
+
+    def __hash__(self) -> int:
+        return hash((self.shape, self.dtype))
+
+    def __repr__(self) -> str:
+        return f"TensorInfo(shape={self.shape!r}, dtype={self.dtype!r})"
 
 
 def tensor(mlir_type) -> TensorInfo | None:
@@ -53,8 +76,9 @@ def cached():
     types: dict = {}
 
     def lookup(mlir_type) -> TensorInfo | None:
-        if mlir_type not in types:
-            types[mlir_type] = tensor(mlir_type)
-        return types[mlir_type]
+        info = types.get(mlir_type, types)
+        if info is types:
+            info = types[mlir_type] = tensor(mlir_type)
+        return info
 
     return lookup

@@ -8,57 +8,114 @@ from ..categories import FUSIBLE_HLO, HLO_STRUCTURAL
 from .contractions import transposed_dot_operands
 from .fusion import Fusions, fusion_weight, rank
 from .ops import BRANCHES, HANDLERS, NOT_KERNELS, Callee, Loop, Site, count, short_name
-from .tally import Tally, finish
+from .slices import resolve, sliced_dimension
+from .tally import Tally, appended, counted, finish
 from .tensors import cached
+
+# How many ops `Walker` may visit again to fuse called functions in place of their calls:
+# this many times the ops of the module's function bodies, and never fewer than the floor.
+# Beyond it, each function's fusions are found once and counted at every call. The corpus
+# inlines at most 25 times its ops; functions that each call the next one twice inline
+# 2**depth times theirs.
+INLINE_FACTOR = 64
+INLINE_FLOOR = 20_000
+
+
+class InliningBudgetExceeded(Exception):
+    """Fusing calls in place would visit more ops than `Walker.inline_budget`."""
 
 
 class Walker:
     """Tallies each function of a module once; a callee is walked when first called, so
     a caller's dependency chain can run through it. `xla_cpu`: fuse concatenates as
-    XLA:CPU does (see `Fusions`)."""
+    XLA:CPU does (see `Fusions`).
 
-    def __init__(self, funcs: dict, xla_cpu: bool = True) -> None:
+    With `inline` (the default), a call's callee is also visited into its caller's
+    fusions, as XLA fuses the program once it has inlined every call; that costs the
+    program's inlined size, so it raises `InliningBudgetExceeded` past `inline_budget`
+    ops visited so. Without it, a call is an opaque op of its caller's fusions and each
+    function body's fusions count at each of its calls (`Tally.fusions`).
+    """
+
+    def __init__(self, funcs: dict, xla_cpu: bool = True, inline: bool = True,
+                 entry: str | None = None) -> None:
         self.funcs = funcs
+        # with calls inlined only the entry's body fusions are read (`body_fusions`): the
+        # other functions' bodies are fused where they are called
+        self.entry = entry
         self.xla_cpu = xla_cpu
+        self.inline = inline
         self.tallies: dict[str, Tally] = {}
         self.tensor = cached()
+        self.inline_budget = max(INLINE_FLOOR, INLINE_FACTOR * sum(
+            len(block.operations) for op in funcs.values()
+            for region in op.regions for block in region.blocks))
+        self.inlined = self.visited = 0
+        self._ids: dict = {}  # MLIR value -> its key (`_key`)
+        self._last_key = 0
+        self._names: dict[str, str] = {}  # op name -> `short_name`
+        self._texts: dict = {}  # MLIR type -> its text
+        self._sizes: dict[str, int] = {}  # function -> ops `_inline` visits for a call of it
 
     def function(self, name: str) -> Tally:
         if name not in self.tallies:
             tally = self.tallies[name] = Tally()  # a recursive call sees it empty
             for region in self.funcs[name].regions:
                 for block in region.blocks:
-                    tally.chain = max(tally.chain,
-                                      self._block(block, tally, 1.0, 0, sequence="body"))
+                    tally.chain = max(tally.chain, self._block(
+                        block, tally, 1.0, 0, sequence="body",
+                        fuse=not self.inline or self.entry in (None, name)))
             finish(tally)
         return self.tallies[name]
 
     def _block(self, block, tally: Tally, trips: float, depth: int,
-               sequence: str | None = None) -> int:
+               sequence: str | None = None, fuse: bool = True) -> int:
         """Tally `block`'s ops into `tally`; returns its longest dependency chain (ops).
 
         `sequence` says the block runs as a sequence of kernels of its own: "body" for a
         function's body, "region" for a loop body or a branch (None: the block is
-        compiled into its op's kernel, as a reduction's body is).
+        compiled into its op's kernel, as a reduction's body is). `fuse`: find the
+        block's fusions (else it has none).
         """
         # Callees and loop bodies are walked here, not in the handlers, so that a chain of
         # calls costs two Python frames a call, as many as RecursionError allowed before.
-        fusions = Fusions(self.xla_cpu)
+        fusions = Fusions(self.xla_cpu) if fuse else None
         site = Site(tally, trips, depth, self.tensor)
         kernels = 0  # unfused ops of this block
         chain_to: dict = {}  # result value -> longest chain of ops ending in it
         longest = 0
+        ids, key_of, names = self._ids, self._key, self._names
         for view in block.operations:
             op = view.operation
             full = op.name
-            name = short_name(full)
-            # each access to op.operands / op.results builds new Python objects: once only
-            operands, results = list(op.operands), list(op.results)
-            infos = [self.tensor(result.type) for result in results]
-            if name == "call":
-                self._inline(fusions, op, operands, results, (id(op),), depth)
+            name = names.get(full)
+            if name is None:
+                name = names[full] = short_name(full)
+            # each access to op.operands / op.results builds new Python objects: once only;
+            # values are keyed by ints from here on (hashing a binding's value is slow)
+            operand_values = list(op.operands)
+            operands = [ids.get(v) or key_of(v) for v in operand_values]
+            result_values = list(op.results)
+            results = [ids.get(v) or key_of(v) for v in result_values]
+            types = [result.type for result in result_values]
+            infos = [self.tensor(t) for t in types]
+            regions = op.regions
+            if not len(regions):
+                regions = ()
+            if fusions is None:
+                pass
+            elif name == "call":
+                if self.inline:
+                    self._count_inlined(op)
+                    self._inline(fusions, op, operands, results, depth)
+                else:
+                    fusions.visit(operands, results, "call", None, rank([]))
             else:
-                self._fuse(fusions, op, name, operands, results, infos)
+                reads = None
+                if name == "slice" and operand_values:
+                    reads = self._slice_reads(operand_values[0], op)
+                self._fuse(fusions, op, name, operands, results, infos, types, reads,
+                           bool(regions))
             if full in HLO_STRUCTURAL:
                 continue
             before = 0
@@ -82,72 +139,144 @@ class Walker:
             if isinstance(how, Callee) and how.name in self.funcs:
                 inner = self.function(how.name).chain
             branches = "region" if how is BRANCHES else None
-            for region in op.regions:
+            for region in regions:
                 for inner_block in region.blocks:
                     inner = max(inner, self._block(inner_block, tally, trips, depth, branches))
             longest = max(longest, _chain_end(results, chain_to, before + 1 + inner))
-        groups = fusions.groups()
+        groups = [] if fusions is None else fusions.groups()
         # a function body's fusions hold its callees' ops (`_inline`); a loop body's and
         # a branch's are their own, and count at every call of the function they are in
-        (tally.body_fusions if sequence == "body" else tally.fusions).extend(groups)
+        appended(tally.body_fusions if sequence == "body" and self.inline
+                 else tally.fusions, counted(groups))
         if sequence is not None:
             tally.sequences.append((kernels, len(groups), site.callees, sequence == "body"))
         return longest
 
-    def _inline(self, fusions: Fusions, call, operands: list, results: list, site: tuple,
-                depth: int) -> None:
+    def _inline(self, fusions: Fusions, call, operands: list, results: list,
+                depth: int, stack: tuple = ()) -> None:
         """Visit the callee of `call` into the caller's `fusions`, as XLA fuses the
-        program after inlining every call: its values are keyed by the call site, its
-        arguments are the call's operands and its returned values the call's results."""
+        program after inlining every call: its values get keys of their own at each call
+        (`stack`: the functions inlined around it), its arguments are the call's operands
+        and its returned values the call's results."""
         from jax._src.lib.mlir import ir
 
         callee = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
-        blocks = [] if callee not in self.funcs or depth >= 64 or callee in site[1:] else \
+        blocks = [] if callee not in self.funcs or depth >= 64 or callee in stack else \
             [b for region in self.funcs[callee].regions for b in region.blocks]
         if len(blocks) != 1:  # unknown, recursive or too deep: an opaque op
             fusions.visit(operands, results, "call", None, rank([]))
             return
-        site = site + (callee,)
-        key = dict(zip(blocks[0].arguments, operands))
+        # `_count_inlined` counted these ops already; a cycle it cut short may hide more
+        self.visited += len(blocks[0].operations)
+        if self.visited > self.inline_budget:
+            raise InliningBudgetExceeded
+        stack = stack + (callee,)
+        local = dict(zip(blocks[0].arguments, operands))
+        names = self._names
 
         def mapped(value):
-            return key.get(value, (site, value))
+            found = local.get(value)
+            if found is None:
+                found = local[value] = self._new_key()
+            return found
 
         for view in blocks[0].operations:
             op = view.operation
-            name = short_name(op.name)
+            full = op.name
+            name = names.get(full)
+            if name is None:
+                name = names[full] = short_name(full)
             inner_operands = [mapped(v) for v in op.operands]
-            if op.name == "func.return":
+            if full == "func.return":
                 for result, value in zip(results, inner_operands):
                     fusions.alias(result, value)
                 continue
-            inner_results = [(site, r) for r in op.results]
+            inner_results = [mapped(r) for r in op.results]
             if name == "call":
-                self._inline(fusions, op, inner_operands, inner_results, site + (id(op),),
-                             depth + 1)
+                self._inline(fusions, op, inner_operands, inner_results, depth + 1, stack)
                 continue
-            infos = [self.tensor(r.type) for r in op.results]
-            self._fuse(fusions, op, name, inner_operands, inner_results, infos)
+            types = [r.type for r in op.results]
+            infos = [self.tensor(t) for t in types]
+            self._fuse(fusions, op, name, inner_operands, inner_results, infos, types)
+
+    def _new_key(self) -> int:
+        # negative: never equal to a position in `Fusions`, which keys some maps by both
+        self._last_key -= 1
+        return self._last_key
+
+    def _key(self, value) -> int:
+        """The int standing for an MLIR value of the walked functions."""
+        key = self._ids.get(value)
+        if key is None:
+            key = self._ids[value] = self._new_key()
+        return key
+
+    def _slice_reads(self, value, slice_op) -> int | None:
+        """The key of what a slice of `value` reads when that is an operand of the
+        concatenate it slices (`slices`), else None."""
+        along = sliced_dimension(value, slice_op)
+        if along is None:
+            return None
+        read = resolve(value, *along)
+        return None if read is value else self._key(read)
+
+    def _type_text(self, mlir_type) -> str:
+        text = self._texts.get(mlir_type)
+        if text is None:
+            text = self._texts[mlir_type] = str(mlir_type)
+        return text
+
+    def _count_inlined(self, call) -> None:
+        """Count the ops inlining `call` visits; raise `InliningBudgetExceeded` before
+        visiting any when that goes past the budget."""
+        from jax._src.lib.mlir import ir
+
+        self.inlined += self._inlined_size(ir.FlatSymbolRefAttr(call.attributes["callee"]).value)
+        if self.inlined > self.inline_budget:
+            raise InliningBudgetExceeded
+
+    def _inlined_size(self, name: str, stack: tuple = ()) -> int:
+        """Ops `_inline` visits for one call of `name` (at most: it stops 64 calls deep)."""
+        from jax._src.lib.mlir import ir
+
+        if name not in self.funcs or name in stack:
+            return 0
+        if name not in self._sizes:
+            blocks = [b for region in self.funcs[name].regions for b in region.blocks]
+            size = len(blocks[0].operations) if len(blocks) == 1 else 0
+            for view in blocks[0].operations if len(blocks) == 1 else ():
+                op = view.operation
+                if op.name == "func.call":
+                    size += self._inlined_size(
+                        ir.FlatSymbolRefAttr(op.attributes["callee"]).value, stack + (name,))
+            self._sizes[name] = size
+        return self._sizes[name]
 
     def _fuse(self, fusions: Fusions, op, name: str, operands: list, results: list,
-              infos: list) -> None:
-        """Visit one op into `fusions` (`operands`/`results` are its values' keys there),
-        with the layout copy XLA:CPU puts before a dot operand it transposes."""
+              infos: list, types: list, reads: int | None = None,
+              has_regions: bool | None = None) -> None:
+        """Visit one op into `fusions` (`operands`/`results` are its values' keys there,
+        `types` its results' types, `reads` what it reads in place of its first operand,
+        see `Fusions.visit`), with the layout copy XLA:CPU puts before a dot operand it
+        transposes."""
         if name == "dot_general":
             operands = list(operands)
             for index, layout in transposed_dot_operands(op, self.tensor):
                 operand_type = op.operands[index].type
                 operands[index] = fusions.layout_copy(
-                    operands[index], layout, rank([self.tensor(operand_type)]), str(operand_type))
+                    operands[index], layout, rank([self.tensor(operand_type)]),
+                    self._type_text(operand_type))
         weight = fusion_weight(name, infos, op, self.xla_cpu, self.tensor)
         key = None
         if weight is not None or _small_constant(name, infos):
-            key = (name, _attributes(op), tuple(str(result.type) for result in op.results))
+            key = (name, _attributes(op), tuple(self._type_text(t) for t in types))
             # XLA's CSE merges equal ops before it fuses (JAX writes a constant and its
             # broadcast for every scalar operand)
-            if not op.regions and fusions.merged(key, operands, results):
+            if has_regions is None:
+                has_regions = bool(len(op.regions))
+            if not has_regions and fusions.merged(key, operands, results):
                 return
-        fusions.visit(operands, results, name, weight, rank(infos), key)
+        fusions.visit(operands, results, name, weight, rank(infos), key, reads)
 
 
 def _chain_end(results: list, chain_to: dict, length: int) -> int:
@@ -170,7 +299,10 @@ def _small_constant(name: str, infos: list) -> bool:
 def _attributes(op) -> tuple:
     """An op's attributes as text, to compare ops by (the bindings cannot hand out some,
     e.g. a complex constant's value: then the op's printed form without its values' names)."""
+    attributes = op.attributes
+    if not len(attributes):
+        return ()
     try:
-        return tuple((name, str(op.attributes[name])) for name in op.attributes)
+        return tuple((name, str(attributes[name])) for name in attributes)
     except TypeError:
         return (re.sub(r"%[^\s,:)\]]+", "", op.get_asm(print_generic_op_form=True)),)

@@ -1,0 +1,212 @@
+"""StableHLO extraction in time linear in the module text: calls that inline to an absurd
+size, shapes whose sizes overflow a float, a 100k-op module, and the same feature values
+as the extractor the shipped models were trained on."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import time
+from pathlib import Path
+
+import pytest
+from test_api_support import config, train_artifact
+
+from costmodel.api import create_app
+from costmodel.features import from_stablehlo
+from costmodel.features.extract import MAX_BLAMED_OPS, regions_from_stablehlo
+from costmodel.features.stablehlo import assemble, parse_module, walk
+from costmodel.features.stablehlo.parse import functions
+from costmodel.features.text_guard import RefusedText
+
+GOLDEN = Path(__file__).parent / "data" / "stablehlo_features_golden.json.gz"
+
+
+def fanout(depth: int) -> str:
+    """@f0 computes tanh(x) + x; each @fk calls @f(k-1) twice in a row: 2**depth copies of
+    @f0 once every call is inlined, in a few KB of text."""
+    lines = ["module @m {",
+             "  func.func private @f0(%arg0: tensor<4xf32>) -> tensor<4xf32> {",
+             "    %0 = stablehlo.tanh %arg0 : tensor<4xf32>",
+             "    %1 = stablehlo.add %0, %arg0 : tensor<4xf32>",
+             "    return %1 : tensor<4xf32>", "  }"]
+    for k in range(1, depth + 1):
+        lines += [f"  func.func private @f{k}(%arg0: tensor<4xf32>) -> tensor<4xf32> {{",
+                  f"    %0 = call @f{k - 1}(%arg0) : (tensor<4xf32>) -> tensor<4xf32>",
+                  f"    %1 = call @f{k - 1}(%0) : (tensor<4xf32>) -> tensor<4xf32>",
+                  "    return %1 : tensor<4xf32>", "  }"]
+    lines += ["  func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {",
+              f"    %0 = call @f{depth}(%arg0) : (tensor<4xf32>) -> tensor<4xf32>",
+              "    return %0 : tensor<4xf32>", "  }", "}"]
+    return "\n".join(lines)
+
+
+def flat(ops: int) -> str:
+    """One function of `ops` elementwise ops on 8x8 floats: unary math and adds in turn."""
+    lines = ["module @m {", "  func.func public @main(%arg0: tensor<8x8xf32>) -> tensor<8x8xf32> {"]
+    previous = "%arg0"
+    unary = ["tanh", "exponential", "negate", "sine"]
+    for i in range(ops):
+        if i % 2:
+            lines.append(f"    %{i} = stablehlo.add {previous}, %arg0 : tensor<8x8xf32>")
+        else:
+            lines.append(f"    %{i} = stablehlo.{unary[i // 2 % 4]} {previous} : tensor<8x8xf32>")
+        previous = f"%{i}"
+    lines += [f"    return {previous} : tensor<8x8xf32>", "  }", "}"]
+    return "\n".join(lines)
+
+
+HUGE = "tensor<" + "x".join(["9223372036854775807"] * 40) + "xf32>"
+PRODUCT = "tensor<" + "x".join(["9223372036854775807"] * 78) + "xf32>"
+OVERFLOWING = f"""module @m {{
+  func.func public @main(%arg0: {HUGE}) -> {HUGE} {{
+    %0 = stablehlo.add %arg0, %arg0 : {HUGE}
+    %1 = stablehlo.dot_general %0, %0, contracting_dims = [39] x [39] : ({HUGE}, {HUGE}) -> {PRODUCT}
+    return %0 : {HUGE}
+  }}
+}}"""
+
+
+def timed(fn):
+    start = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - start
+
+
+def test_a_fanout_of_60_calls_is_answered_in_under_a_second_with_exact_counts():
+    from_stablehlo(fanout(2))  # the MLIR context and the bindings load once
+    feats, seconds = timed(lambda: from_stablehlo(fanout(60)))
+    assert seconds < 1.0
+    # @fk inlines to 2 + 2 * (what @f(k-1) inlines to) = 2**(k+2) - 2 ops; main adds its call
+    assert feats["hlo_ops_inlined"] == float(2**62 - 1)
+    assert feats["op_tanh"] == 2**60 and feats["hlo_max_call_depth"] == 61
+    assert feats["hlo_ops"] == 2 + 2 * 60 + 1 and feats["hlo_calls"] == 121
+    # too large to fuse in place: @f0's body is one fusion, counted at each of its copies
+    assert feats.info["calls_fused_in_place"] is False
+    assert feats["fusion_groups"] == 2**60 and feats["fusion_max_size"] == 2
+    assert feats["fusion_cost_squares"] == 25 * 2**60  # tanh (4) + add (1), squared
+    assert all(math.isfinite(v) for k, v in feats.values.items() if not k.startswith("jaxpr"))
+
+
+def test_a_small_fanout_is_fused_in_place_as_xla_inlines_it():
+    feats = from_stablehlo(fanout(4))
+    assert feats.info["calls_fused_in_place"] is True
+    # the 32 tanh + add pairs chain into one fusion once inlined
+    assert feats["fusion_groups"] == 1 and feats["fusion_max_size"] == 32
+    assert feats["hlo_ops_inlined"] == 2**6 - 2 + 1
+
+
+def test_each_function_fused_once_gives_what_inlining_gives_when_calls_do_not_fuse_across():
+    """Without inlining, a callee's fusions count at each call; for a callee whose ops end
+    at a non-fusing op (a dot) and whose caller adds nothing around the call that could
+    fuse with it, both ways give the same fusions."""
+    text = """module @m {
+  func.func private @g(%arg0: tensor<8x8xf32>) -> tensor<8x8xf32> {
+    %0 = stablehlo.tanh %arg0 : tensor<8x8xf32>
+    %1 = stablehlo.exponential %0 : tensor<8x8xf32>
+    %2 = stablehlo.dot_general %1, %1, contracting_dims = [1] x [0]
+        : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+    return %2 : tensor<8x8xf32>
+  }
+  func.func public @main(%arg0: tensor<8x8xf32>) -> tensor<8x8xf32> {
+    %0 = call @g(%arg0) : (tensor<8x8xf32>) -> tensor<8x8xf32>
+    %1 = call @g(%0) : (tensor<8x8xf32>) -> tensor<8x8xf32>
+    %2 = call @g(%1) : (tensor<8x8xf32>) -> tensor<8x8xf32>
+    return %2 : tensor<8x8xf32>
+  }
+}"""
+    module = parse_module(text)  # the functions live as long as their module
+    funcs = functions(module)
+    inlined = walk.Walker(funcs, entry="main")
+    once = walk.Walker(funcs, inline=False)
+    for walker in (inlined, once):
+        for name in funcs:
+            walker.function(name)
+    from costmodel.features.stablehlo.combine import combine
+
+    fused_in_place = inlined.tallies["main"].body_fusions
+    counted = combine("main", once.tallies, {})["fusions"]
+    assert sum(fused_in_place.values()) == sum(counted.values()) == 3
+    assert dict(fused_in_place) == dict(counted)  # (2 ops, cost 8, ...) three times
+
+
+def test_the_inlining_budget_is_linear_in_the_module():
+    module = parse_module(fanout(3))
+    funcs = functions(module)
+    # 3 + 3 * 3 + 2 ops in the function bodies, their returns included
+    assert walk.Walker(funcs).inline_budget == max(walk.INLINE_FLOOR, walk.INLINE_FACTOR * 14)
+    module = parse_module(flat(1000))
+    funcs = functions(module)
+    assert walk.Walker(funcs).inline_budget == walk.INLINE_FACTOR * 1001
+
+
+def test_shapes_whose_sizes_overflow_a_float_give_finite_features():
+    feats = from_stablehlo(OVERFLOWING)
+    stable = {k: v for k, v in feats.values.items() if not k.startswith("jaxpr")}
+    assert all(math.isfinite(v) for v in stable.values())
+    assert feats["tensor_max_elements"] == 2.0**62  # saturated, see tensors.MAX_ELEMENTS
+    assert feats["input_bytes"] == 4 * 2.0**62
+    assert feats["dot_flops"] == assemble.MAX_VALUE
+
+
+def test_blame_refuses_a_module_that_inlines_past_its_limit_naming_it():
+    with pytest.raises(RefusedText, match=f"blame takes at most {MAX_BLAMED_OPS:,}"):
+        regions_from_stablehlo(fanout(60))
+    feats, tallies = regions_from_stablehlo(fanout(3))
+    assert feats["hlo_ops_inlined"] == 31 and sum(t.ops for t in tallies.values()) == 31
+
+
+def test_a_100k_op_module_is_extracted_in_a_bounded_time():
+    """CPU seconds, which a loaded machine inflates far less than wall seconds: 2.8-3.0
+    here (the walk before, which keyed every map by the bindings' values and let the
+    cyclic collector run: 4.4-4.8)."""
+    text = flat(100_000)
+    start = time.process_time()
+    feats = from_stablehlo(text)
+    seconds = time.process_time() - start
+    assert feats["hlo_ops"] == 100_000 and feats["fusion_groups"] == 1
+    assert seconds < 4.0
+
+
+def _golden():
+    with gzip.open(GOLDEN, "rt") as handle:
+        return json.load(handle)
+
+
+@pytest.mark.parametrize("key", sorted(_golden()))
+def test_features_equal_those_the_shipped_models_were_trained_on(key):
+    """18 corpus programs (those whose calls inline most, and loops, branches, scans,
+    convolutions, complex numbers), lowered by jax 0.10.2, and every feature the
+    extractor gave them before it stopped walking inlined copies (commit 4d379cb)."""
+    program = _golden()[key]
+    for backend, expected in program["features"].items():
+        got = from_stablehlo(program["stablehlo"], backend=backend).values
+        differ = {name: (value, got[name]) for name, value in expected.items()
+                  if got[name] != value}
+        assert not differ, (program["family"], program["params"], backend, differ)
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    model = train_artifact(tmp_path_factory.mktemp("model") / "cpu")
+    return create_app(config(tmp_path_factory.mktemp("service"), model)).test_client()
+
+
+def test_the_service_answers_the_fanout_in_under_a_second(client):
+    client.post("/v1/predict", json={"stablehlo": fanout(2)})
+    response, seconds = timed(lambda: client.post("/v1/predict", json={"stablehlo": fanout(60)}))
+    assert response.status_code == 200, response.json
+    assert seconds < 1.0
+    assert math.isfinite(response.json["predictions"][0]["compile_seconds"])
+    blamed, seconds = timed(lambda: client.post("/v1/blame", json={"stablehlo": fanout(60)}))
+    assert blamed.status_code == 400 and seconds < 1.0
+    assert f"blame takes at most {MAX_BLAMED_OPS:,}" in blamed.json["description"]
+
+
+def test_the_service_answers_overflowing_shapes_without_a_500(client):
+    response = client.post("/v1/predict", json={"stablehlo": OVERFLOWING})
+    assert response.status_code in (200, 422), response.json
+    batch = client.post("/v1/predict", json={"instances": [{"stablehlo": OVERFLOWING},
+                                                           {"stablehlo": fanout(2)}]})
+    assert batch.status_code < 500, batch.json
