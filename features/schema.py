@@ -31,7 +31,7 @@ from typing import Any
 # calls; 15: `fusion_distinct` and `fusion_distinct_cost`, the emulated fusions that are
 # not the same kernel as another (XLA:CPU compiles a repeated fusion almost for free); 16:
 # rank-0 ops add nothing to a fusion's cost (`Fusions.groups`); 17: `fusion_cost_inputs`,
-# each fusion's cost times the arrays it reads from outside (`bench/fusion_shapes.py`)
+# each fusion's cost times the arrays it reads from outside (`bench/archive/fusion_shapes.py`)
 SCHEMA_VERSION = 17
 
 # Coarse op categories shared by the jaxpr and StableHLO extractors.

@@ -16,14 +16,19 @@ import stores
 from costmodel.features import MODEL_FEATURES
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
+# the rooms of bench/: benchmarks, per-model evaluations, archived research probes
+BENCH_ROOMS = (BENCH, BENCH / "evaluations", BENCH / "archive")
 
 
 def bench_module(name: str):
-    """`bench/<name>.py` imported as a module (the benches are scripts, not a package); its
-    sibling modules (`_scoring`, ...) import as they do when the script runs from bench/."""
-    if str(BENCH) not in sys.path:
-        sys.path.append(str(BENCH))
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    """`bench/**/<name>.py` imported as a module (the benches are scripts, not a package);
+    the modules it imports (`_scoring`, other benches' programs) import as they do when
+    the script runs."""
+    for room in BENCH_ROOMS:
+        if str(room) not in sys.path:
+            sys.path.append(str(room))
+    (path,) = [room / f"{name}.py" for room in BENCH_ROOMS if (room / f"{name}.py").exists()]
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,4 +1,4 @@
-"""bench/added_rows_effect.py: the stored run (`bench/results/added_rows_effect.json`) that
+"""bench/archive/added_rows_effect.py: the stored run (`bench/results/added_rows_effect.json`) that
 kept the JaxSim and PennyLane rows out of the shipped CPU data, checked against what the
 shipped model scores now and against its own rows."""
 

@@ -49,7 +49,7 @@ def test_one_fusion_of_complex_ops_compiles_far_slower_than_predicted(rows):
 
 
 def test_training_on_the_family_made_the_benches_worse():
-    """`bench/added_rows_effect.py --add complex_recurrence=... --noise 31`: the rows made
+    """`bench/archive/added_rows_effect.py --add complex_recurrence=... --noise 31`: the rows made
     compile time on the stored benches worse, by more than leaving 31 random real rows out
     moves it."""
     stored = json.loads((ROOT / "bench/results/added_rows_complex.json").read_text())

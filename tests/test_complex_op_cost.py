@@ -1,4 +1,4 @@
-"""bench/complex_op_cost.py: reading a compile time as an add chain's length, and the
+"""bench/archive/complex_op_cost.py: reading a compile time as an add chain's length, and the
 stored run (`bench/results/complex_op_cost.json`) `bench/FINDINGS.md`'s "Complex numbers" quotes."""
 
 import json

@@ -1,4 +1,4 @@
-"""bench/cross_machine.py on its committed runs: real programs measured on an AMD EPYC (four
+"""bench/evaluations/cross_machine.py on its committed runs: real programs measured on an AMD EPYC (four
 passes: two an hour apart, a third eight hours later, a fourth the next session with
 three-round calibrations around it), predicted by models trained on the Intel Xeon's rows
 with their library held out."""

@@ -1,4 +1,4 @@
-"""bench/device_pairs.py on its committed run: 30 programs of the library and unseen benches
+"""bench/evaluations/device_pairs.py on its committed run: 30 programs of the library and unseen benches
 compiled on an H200 (autotuning on and off) and deviceless for the H100 on that machine's
 CPU (jax 0.11.2 there), scored by the shipped H100 model."""
 

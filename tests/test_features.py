@@ -445,7 +445,7 @@ def _sine_chain(addend):
 
 def test_a_fusion_weighs_its_cost_by_the_arrays_it_reads_from_outside():
     # XLA:CPU compiles one fusion in time growing with its size times its inputs
-    # (`bench/fusion_shapes.py`): each chain below is one fusion of cost 10 * (4 + 1)
+    # (`bench/archive/fusion_shapes.py`): each chain below is one fusion of cost 10 * (4 + 1)
     one = F.extract(_sine_chain(lambda i: 1.0), X)
     assert one["fusion_groups"] == 1 and one["fusion_cost_inputs"] == one["fusion_cost_squares"] ** 0.5
     separate = F.extract(_sine_chain(lambda i, *ws: ws[i]), X, *[X] * 10)
@@ -642,7 +642,7 @@ def _layers(shapes: list, scales: list):
 
 
 @pytest.mark.parametrize("shapes, scales, distinct", [
-    # XLA:CPU compiles a repeated kernel once (`bench/kernel_reuse.py`: 0.5 ms per
+    # XLA:CPU compiles a repeated kernel once (`bench/archive/kernel_reuse.py`: 0.5 ms per
     # repeated fusion, 7-14 ms per new one), so alike layers are one kernel ...
     ([(16, 16)] * 6, [0.5] * 6, 1),
     # ... but not with a weight of another shape, or a constant of their own inside

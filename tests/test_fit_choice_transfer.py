@@ -1,4 +1,4 @@
-"""bench/fit_choice_transfer.py: the stored grid (`bench/results/fit_choice_transfer.json`)
+"""bench/archive/fit_choice_transfer.py: the stored grid (`bench/results/fit_choice_transfer.json`)
 of the trees' settings, each scored with the corpus's libraries held out and on the stored
 benches, checked against the shipped model and against itself."""
 

@@ -1,4 +1,4 @@
-"""bench/fusion_oracle.py: the stored scores (`bench/results/fusion_oracle.json`) of the
+"""bench/archive/fusion_oracle.py: the stored scores (`bench/results/fusion_oracle.json`) of the
 shipped CPU model with the outside programs' fusion counts scaled to XLA's, recomputed
 from the stored ratios and bench results, and what they show."""
 

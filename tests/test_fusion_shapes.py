@@ -1,4 +1,4 @@
-"""bench/fusion_shapes.py: one elementwise fusion's compile grows with its size times its
+"""bench/archive/fusion_shapes.py: one elementwise fusion's compile grows with its size times its
 inputs, not with its size squared. The stored run (`bench/results/fusion_shapes.json`),
 what it shows, and that the shipped model's stored predictions are reproduced."""
 

@@ -215,7 +215,7 @@ def test_a_bench_row_is_held_out_with_its_library_or_its_programs_first_word():
 def test_the_shipped_models_record_the_widening_their_benches_fitted():
     """CPU (schema 17): x1.124, growing as (d / 4.2)^0.25 past 4.2. Unwidened, its
     intervals held 79-100% of five benches' programs and 5 of the 6 outside programs of
-    20-50 s (`bench/outside_top_programs.py`); with each library weighing the same, the
+    20-50 s (`bench/evaluations/outside_top_programs.py`); with each library weighing the same, the
     narrowest rule that puts 90% inside: 95.6% with each library held out of the fit, the
     corpus's libraries held out 90.8% -> 95.9% (no rule of the grid keeps them within
     85-95%; this one comes closest). Schema 16: one factor, x1.257 (95.6% held out, corpus
@@ -255,7 +255,7 @@ def test_the_shipped_models_widen_host_memory_past_a_distance():
     """Fitted on the host memory measured in fresh processes: the outside-libraries runs
     (11 libraries no training row uses; the CPU's two runs are the same 40 programs
     measured twice, and since 2026-12-04 eleven of them again and six at 20-50 s), and, since
-    `bench/bench_memory.py`, the library and unseen benches' programs (34 libraries on the
+    `bench/evaluations/bench_memory.py`, the library and unseen benches' programs (34 libraries on the
     CPU, 33 for the H100, whose bench skips the two Diffrax programs). Since host memory's
     ceiling from compile time (`Anchor`) its intervals are set around the pulled
     predictions: the CPU's cover 90% of those programs (each library weighing the same) as

@@ -1,4 +1,4 @@
-"""bench/memory_anchor.py: the stored run (`bench/results/memory_anchor.json`) that shipped
+"""bench/archive/memory_anchor.py: the stored run (`bench/results/memory_anchor.json`) that shipped
 host memory's ceiling from compile time, checked against itself and the shipped model."""
 
 import json

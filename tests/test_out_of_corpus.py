@@ -1,9 +1,9 @@
 """The shipped models on programs in no corpus family (stored bench measurements).
 
-`bench/unseen_programs.py`, `bench/library_programs.py` and `bench/outside_libraries.py`
-keep each program's model inputs next to its measured compile seconds, so a retrained
-default model is scored here on the same programs without compiling them (or installing
-the libraries).
+`bench/evaluations/unseen_programs.py`, `bench/evaluations/library_programs.py` and
+`bench/evaluations/outside_libraries.py` keep each program's model inputs next to its
+measured compile seconds, so a retrained default model is scored here on the same programs
+without compiling them (or installing the libraries).
 """
 
 from pathlib import Path
@@ -47,7 +47,7 @@ def test_stored_inputs_of_another_schema_are_refused():
 def test_model_card_section_scores_each_bench_of_the_backend():
     lines = outside.card_section(load_default("gpu", "h100"), RESULTS, "gpu", "h100")
     rows = [line for line in lines if line.startswith("| library_programs_h100 |")]
-    assert len(rows) == 2  # compile time, then host memory (`bench/bench_memory.py`)
+    assert len(rows) == 2  # compile time, then host memory (`bench/evaluations/bench_memory.py`)
     assert all("17 (2 did not lower)" in row for row in rows)
     # its median fold, its predictions scaled as `costmodel calibrate` scales them for this
     # model (scaled by the reference of the model that ran the bench, 1.32; the schema-16

@@ -1,4 +1,4 @@
-"""bench/outside_libraries.py on its committed runs: 40 programs from 11 libraries no corpus
+"""bench/evaluations/outside_libraries.py on its committed runs: 40 programs from 11 libraries no corpus
 family or other bench uses, measured on an AMD EPYC in fresh processes, for CPU after
 `costmodel calibrate` and deviceless for the H100, scored by the shipped models."""
 
@@ -17,7 +17,7 @@ RUNS = {"": (RUN, RESULT),
                  ROOT / "bench/results/outside_libraries_h100.json")}
 # the CPU run measured again an hour and a half later (same machine, same programs)
 PASS2 = (ROOT / "bench/data/outside_libraries_pass2", ROOT / "bench/results/outside_libraries_pass2.json")
-# six of its builders at 20-50 s (`bench/outside_top_programs.py`), and right after them the
+# six of its builders at 20-50 s (`bench/evaluations/outside_top_programs.py`), and right after them the
 # same builders at the run's own sizes, on the same machine a day later
 TOP, TOP_BASELINE = ROOT / "bench/data/outside_top", ROOT / "bench/data/outside_top_baseline"
 
@@ -209,7 +209,7 @@ def test_the_largest_outside_programs_are_within_about_half(bench):
 
 
 def test_the_model_grows_faster_with_size_than_the_outside_programs_do():
-    """`bench/top_end_growth.py`: each builder of the top-end run at its top size and at the
+    """`bench/archive/top_end_growth.py`: each builder of the top-end run at its top size and at the
     outside run's size, compiled interleaved in one process (three rounds), so the drift
     that the two runs' calibrations could not separate cancels. From the smaller to the
     larger size the measured compile grew less than predicted for five of six builders (the

@@ -1,5 +1,5 @@
-"""bench/outside_libraries.py on the second set of outside programs (`--programs
-bench/outside_programs_b1.py` and `_b2.py`): 49 programs from 13 libraries that no corpus
+"""bench/evaluations/outside_libraries.py on the second set of outside programs (`--programs
+bench/evaluations/outside_programs_b1.py` and `_b2.py`): 49 programs from 13 libraries that no corpus
 family, training row or other bench uses, measured on the AMD EPYC in fresh processes
 after `costmodel calibrate` (2026-12-04), scored by the shipped CPU model."""
 

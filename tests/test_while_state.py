@@ -1,4 +1,4 @@
-"""bench/while_state.py: counting while loops and the values they carry, and its stored run."""
+"""bench/archive/while_state.py: counting while loops and the values they carry, and its stored run."""
 
 import json
 from pathlib import Path

@@ -80,7 +80,7 @@ BASELINE_TERMS = {
 # constants; matrix-vector dots (emitted as LLVM loops, not library calls); big fusions
 # (LLVM optimizes each as one function); kernels run as one sequence (the runtime orders
 # them by checking every pair for shared buffers, then prunes redundant edges: 80% of a
-# 4000-kernel unrolled loop's compile, `bench/perf_compile.py`); case ops' results x
+# 4000-kernel unrolled loop's compile, `bench/archive/perf_compile.py`); case ops' results x
 # branches squared (HLO ordering relates each result's definitions across branches: 89%
 # of a 64-branch switch gradient's compile went to call-graph dominance checks and branch
 # lookups). The sequence term replaced values-with-many-uses squared, which had
@@ -96,19 +96,19 @@ BASELINE_TERMS = {
 # largest fold measured: with the `constant_fold` family held out, median fold 4.3 / max
 # 32 without these terms, 3.7 / 19 with them (nothing else in the corpus folds much).
 # Distinct fusions (schema 15) are a cost of their own: XLA:CPU compiles a fusion it has
-# compiled before almost for free (`bench/kernel_reuse.py`: 0.46 ms per repeated fusion
+# compiled before almost for free (`bench/archive/kernel_reuse.py`: 0.46 ms per repeated fusion
 # against 6.9-14.4 ms per distinct one), so a model that grows with all fusions
 # over-predicts long unrolled programs. As a tree input only, trained on programs under
 # 3 s and tested on those of 10 s or more, median fold 1.81 / p90 18.9; as an added term,
 # 1.67 / 3.5 (libraries held out: 1.179 -> 1.157).
 # Since schema 16 the fusion term counts array ops only (XLA:CPU compiles scalar fusions in
-# linear time, `bench/scalar_fusions.py`): over 148 bench programs of libraries in no
+# linear time, `bench/archive/scalar_fusions.py`): over 148 bench programs of libraries in no
 # corpus, mean |log error| 0.225 -> 0.214; libraries held out 1.16 -> 1.17. Offered both
 # (schema 15's all-op squares as a second term), the corpus fit took the all-op one
 # (exponent 0.95) and dropped the array-only one (0.01), back to 0.226 on those programs.
 # Since schema 17 the fusion term is each fusion's cost times its inputs, not its cost
 # squared: one fusion of 1024 `sin(a) + w_i` steps compiles in 0.26 s on one addend and
-# 12.4 s on 1024 separate arrays (`bench/fusion_shapes.py`). Over the 184 stored bench
+# 12.4 s on 1024 separate arrays (`bench/archive/fusion_shapes.py`). Over the 184 stored bench
 # programs of libraries in no corpus, mean |log error| 0.260 -> 0.242 (three fits with 31
 # random real rows left out: 0.238-0.248 against 0.257-0.264); offered as a second term
 # beside the squares, 0.266 (0.255-0.260). The trees do not read it (as a tree input too:
@@ -141,7 +141,7 @@ BACKEND_TERMS = {"gpu": {
 # or more use 26-62 MB per compile second (10th to 90th percentile), yet the memory model
 # alone, whose trees read the op mix, predicted 1.5-3.5 GB for bench programs of 20-30 s
 # that used 0.5-1.4 GB. CPU, schema 17, over the 184 stored bench programs of libraries in
-# no corpus (`bench/memory_anchor.py`, fits only; three draws leave 31 random real rows
+# no corpus (`bench/archive/memory_anchor.py`, fits only; three draws leave 31 random real rows
 # out): host memory's mean |log error| 0.322 -> 0.287 (draws 0.327 -> 0.293, 0.329 ->
 # 0.294, 0.316 -> 0.307), on those of 10-100 s 0.606 -> 0.400; fitted weight 0.85 (draws
 # 0.7-0.9; the margin above the line, chosen with it, 0 in every fit). Better on six of the
@@ -161,7 +161,7 @@ ANCHOR_MARGINS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
 # held byte, median 3.0, 10th percentile 1.95. Chosen, as tried first, on the out-of-fold
 # rows with the weight, it came out 0-1.5 from draw to draw. With none, the ceiling took
 # the product of two captured 1024x1024 tables (0.35 s to compile, 101 MB) to 44 MB; with
-# it, 84 MB (`bench/memory_anchor.py`: the 13 failure-class programs 0.440 -> 0.360 mean
+# it, 84 MB (`bench/archive/memory_anchor.py`: the 13 failure-class programs 0.440 -> 0.360 mean
 # |log error|, three draws that leave 31 real rows out alike, no other bench moved).
 ANCHOR_HELD = ("dense_constant_bytes", "fold_bytes")
 ANCHOR_HELD_MIN = 4 * 2**20

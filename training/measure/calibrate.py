@@ -14,7 +14,7 @@ passes, backend, the rest) fitted so the parts add up to each program's compile 
 They are not applied: on 94 real programs measured on a second CPU kind, and on this
 machine pinned to one core, factors from the set's programs did no better than the
 reference speed, and programs' ratios between the machines did not follow their predicted
-phase shares (`bench/cross_machine.py`, `bench/calibration_effect.py`). A model whose
+phase shares (`bench/evaluations/cross_machine.py`, `bench/evaluations/calibration_effect.py`). A model whose
 manifest lacks the reference power is scaled by the median of the set's ratios instead.
 The record goes to a small JSON file (`$COSTMODEL_CALIBRATION`, else
 `~/.cache/costmodel/calibration.json`).
