@@ -17,7 +17,6 @@ from werkzeug.exceptions import NotFound
 
 from .auth import require_token
 from .errors import json_object
-from .retrain_job import run_claimed
 from .validation import parse
 
 log = logging.getLogger("costmodel.api")
@@ -43,6 +42,10 @@ def start(state, scope: dict[str, Any]) -> str:
 
 
 def _run_here(state, job_id: str) -> None:
+    # imported here: the training stack (scikit-learn, pandas' fits) loads only in a
+    # process that runs a job, never in a web worker of RETRAIN_RUNNER=worker
+    from .retrain_job import run_claimed
+
     claimed = state.jobs.claim(job_id)
     if claimed is None:  # failed as an orphan in between: nothing left to run
         log.error("retrain job %s was no longer queued when its thread started", job_id)

@@ -18,7 +18,7 @@ removing one region of many saves less than its part of the whole: the savings a
 to less than the prediction past the fixed row, and the rest is SHARED, a row of its
 own, which only removing several regions would save. Scaling the savings up to fill it
 instead charges big regions what their removal does not save (on the quiet timings of
-`bench/blame_validation.py`, the planted region's share came out 1.27x the share its
+`bench/evaluations/blame_validation.py`, the planted region's share came out 1.27x the share its
 removal saved at the median that way, 1.03x this way). Savings that add up to more (the
 tree's steps: a region whose shapes no other has takes a distinct shape with it) are
 scaled down to fit. Where no region's removal changes the prediction (or the program
@@ -50,7 +50,7 @@ _COLUMNS = ("source", "seconds", "share", "memory", "function")
 # share of its inlined ops left that each keeps without a region: counts of fusions,
 # values and chains shrink with the ops, a square of one sequence's kernels (most
 # programs run as one) with their square. Against the features of the 21 programs of
-# `bench/blame_validation.py` lowered without their planted region, the compile seconds
+# `bench/evaluations/blame_validation.py` lowered without their planted region, the compile seconds
 # predicted from the scaled inputs are within 30% of those from the real features for
 # 19 (15 unscaled); a gradient's unrolled loop is the worst, 2.3x (7.7x unscaled, which
 # had its removal save 3% where its real features save 87%).

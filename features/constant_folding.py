@@ -47,12 +47,12 @@ STABLEHLO_UNFOLDED = frozenset({
 # XLA's limit: bigger results or operands are left for run time.
 MAX_FOLD_ELEMENTS = 45_000_000
 # What an element costs XLA's interpreter, as a share of what it costs the StableHLO
-# folders: on jax 0.10.2 (`bench/fold_stages.py`: 18.6 against 137.8 ns per element),
+# folders: on jax 0.10.2 (`bench/archive/fold_stages.py`: 18.6 against 137.8 ns per element),
 # elementwise ops on a folded 2048^3 matrix product against the same ops on captured
 # 2048x2048 tables.
 EVALUATOR_SHARE = 0.135
 # What an element touched costs by op kind, against a multiply's in the same stage; kinds
-# not named cost what a multiply does. Rounded from two runs of `bench/fold_kinds.py` (jax
+# not named cost what a multiply does. Rounded from two runs of `bench/archive/fold_kinds.py` (jax
 # 0.10.2, 4096x4096 tables): converts, reshapes, slices and concatenates move data for
 # 0.0-0.2 of a multiply; tanh, exp and divide cost 1.5-3 multiplies before XLA but about
 # one in its interpreter, where a pad costs five.

@@ -11,27 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# 2: f64 tensors counted as 8 bytes (were 1); 3: structure features; 4: cheap one-array ops
-# duplicated into fused consumers when another consumer does not fuse; 5: layout_transposes;
-# 6: kernels per sequence, case results x branches squared; 7: constant folding; 8: fusion
-# emulation: slices of concatenates resolved, duplication stopped by non-fusible paths,
-# sine and cosine duplicated, single-user ops follow their user, calls inlined, dot operands
-# copied into the library layout where XLA:CPU copies them; 9: concatenates XLA:CPU
-# materializes (minor dimension of 128 or more, more than 8 operands) do not fuse, and a
-# slice is pushed through elementwise ops only when it reaches a concatenate; 10: slices are
-# not pushed through elementwise ops at all, XLA:CPU materializes a concatenate or pad read
-# more than once, and the concatenate rules apply to XLA:CPU only; 11: equal ops merged
-# before fusing (XLA's CSE); 12: on XLA:CPU, an expensive op whose single user was
-# duplicated is materialized, and reshapes, same-type converts and unit-dimension
-# broadcasts are bitcasts (no fused instruction); 13: folds the StableHLO folders make
-# before XLA (elementwise ops on literal constants) count in full in `fold_elements`, those
-# XLA's interpreter makes (anything computed from a dot, reduction or gather of constants) at
-# `EVALUATOR_SHARE`; 14: a folded element is weighted by its op kind in its stage (converts
-# and reshapes nearly free, a pad XLA's alone), and the StableHLO folders do not look into
-# calls; 15: `fusion_distinct` and `fusion_distinct_cost`, the emulated fusions that are
-# not the same kernel as another (XLA:CPU compiles a repeated fusion almost for free); 16:
-# rank-0 ops add nothing to a fusion's cost (`Fusions.groups`); 17: `fusion_cost_inputs`,
-# each fusion's cost times the arrays it reads from outside (`bench/fusion_shapes.py`)
+# What each version changed: CHANGELOG.md.
 SCHEMA_VERSION = 17
 
 # Coarse op categories shared by the jaxpr and StableHLO extractors.

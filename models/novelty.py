@@ -5,7 +5,7 @@ corpus's libraries held out about equally well near and far from the other train
 Programs of libraries nobody here wrote do not: on the stored benches (118 timings of 34
 libraries, CPU model of 2026-12-02), the two fifths whose model inputs lay farthest from
 every training row fell inside the interval 61-63% of the time, the nearer three fifths
-83-96%; the corpus's libraries held out, 92-96% in every fifth (`bench/interval_novelty.py`,
+83-96%; the corpus's libraries held out, 92-96% in every fifth (`bench/evaluations/interval_novelty.py`,
 `bench/data/novelty/`). So the interval's log offsets scale with that distance
 (`Widening`), fitted on those benches (`training.evaluation.interval_widening`). The
 host-memory interval widens the same way, fitted on the benches that measured host memory.

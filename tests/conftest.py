@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -16,17 +17,41 @@ import stores
 from costmodel.features import MODEL_FEATURES
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
+# the rooms of bench/: benchmarks, per-model evaluations, archived research probes
+BENCH_ROOMS = (BENCH, BENCH / "evaluations", BENCH / "archive")
 
 
 def bench_module(name: str):
-    """`bench/<name>.py` imported as a module (the benches are scripts, not a package); its
-    sibling modules (`_scoring`, ...) import as they do when the script runs from bench/."""
-    if str(BENCH) not in sys.path:
-        sys.path.append(str(BENCH))
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    """`bench/**/<name>.py` imported as a module (the benches are scripts, not a package);
+    the modules it imports (`_scoring`, other benches' programs) import as they do when
+    the script runs."""
+    for room in BENCH_ROOMS:
+        if str(room) not in sys.path:
+            sys.path.append(str(room))
+    (path,) = [room / f"{name}.py" for room in BENCH_ROOMS if (room / f"{name}.py").exists()]
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# CI's corpus stage sets this: a test whose corpus library is missing then fails, never skips.
+REQUIRE_CORPUS_ENV = "COSTMODEL_REQUIRE_CORPUS"
+
+
+def corpus_library_missing(reason: str) -> None:
+    """Skip a test whose `[corpus]` library is not installed (a failure in CI's corpus stage)."""
+    if os.environ.get(REQUIRE_CORPUS_ENV):
+        pytest.fail(f"{REQUIRE_CORPUS_ENV} is set but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def import_corpus_library(name: str):
+    """`name` imported, or the test skipped as `corpus_library_missing` says."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        corpus_library_missing(f"{name} is not installed (pip install -e '.[corpus]')")
 
 
 def make_rows(ops: np.ndarray, seed: int = 0, families: int = 4) -> pd.DataFrame:
@@ -84,7 +109,7 @@ def _store_url(request, kind: str):
     return stores.fresh_postgres(request.getfixturevalue("postgres_url"))
 
 
-@pytest.fixture(params=stores.KINDS)
+@pytest.fixture(params=stores.PARAMS)
 def store(request, monkeypatch):
     """Run the test on each store: "sqlite" (the default file at SAMPLES_DB) and
     "postgresql" (a fresh schema, named to the service by COSTMODEL_DATABASE_URL)."""
@@ -94,7 +119,7 @@ def store(request, monkeypatch):
         yield request.param
 
 
-@pytest.fixture(scope="module", params=stores.KINDS)
+@pytest.fixture(scope="module", params=stores.PARAMS)
 def module_store(request):
     """(kind, DATABASE_URL or None for SQLite) shared by a module's tests, for servers
     started once per module."""

@@ -18,6 +18,8 @@ import pg_server
 import pytest
 
 KINDS = ("sqlite", "postgresql")
+# As fixture parameters: PostgreSQL starts a server, so its runs are in the slow stage.
+PARAMS = ("sqlite", pytest.param("postgresql", marks=pytest.mark.slow))
 URL_ENV = "COSTMODEL_DATABASE_URL"
 # CI sets this: a PostgreSQL test that cannot run is then a failure, never a skip.
 REQUIRE_ENV = "COSTMODEL_REQUIRE_POSTGRES"

@@ -2,7 +2,7 @@
 
 import jax
 import jax.numpy as jnp
-import pytest
+from conftest import import_corpus_library
 
 import costmodel
 
@@ -15,7 +15,7 @@ def _scan_advice(fn, *args):
 
 
 def test_a_flax_linen_layer_stack_gets_nn_scan_at_the_users_line():
-    nn = pytest.importorskip("flax.linen")
+    nn = import_corpus_library("flax.linen")
 
     class Block(nn.Module):
         @nn.compact
@@ -36,7 +36,7 @@ def test_a_flax_linen_layer_stack_gets_nn_scan_at_the_users_line():
 
 
 def test_a_haiku_stack_gets_layer_stack():
-    hk = pytest.importorskip("haiku")
+    hk = import_corpus_library("haiku")
 
     def forward(x):
         for _ in range(12):

@@ -1,9 +1,10 @@
 """OpenAPI-driven fuzzing with schemathesis against the WSGI app: no input may cause a 500.
 
-Bounded (50 generated examples per operation, positive and negative, derandomized) so it
-runs in CI in under a minute. Schemathesis' coverage phase adds ~4000 deterministic cases
-(every feature missing, mistyped, at its bounds) and takes a few minutes on two cores: set
-COSTMODEL_FUZZ_COVERAGE=1 to run it too.
+Bounded (50 generated examples per operation, positive and negative, derandomized); still
+the slowest test by far (352 s of a 497 s default run on a shared 2-core machine, the advise
+operation half of it), so it runs in the slow stage. Schemathesis' coverage phase adds ~4000
+deterministic cases (every feature missing, mistyped, at its bounds) and takes a few minutes
+on two cores: set COSTMODEL_FUZZ_COVERAGE=1 to run it too.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from test_api_support import SAMPLES_TOKEN, TOKEN, bearer, config, train_artifac
 from threadpoolctl import threadpool_limits
 
 from costmodel.api import create_app
+
+pytestmark = pytest.mark.slow  # minutes of generated requests
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_schema_conformance]

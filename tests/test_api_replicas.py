@@ -10,6 +10,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import pytest
 import stores
 from servers import RetrainWorker, Server
 from test_api_support import (
@@ -25,6 +26,8 @@ from test_api_support import (
 
 from costmodel.api.db import Database
 from costmodel.api.jobs import JobStore
+
+pytestmark = pytest.mark.slow  # starts two servers and a retrain worker on PostgreSQL
 
 ROOT = Path(__file__).resolve().parents[1]
 SYNC = 0.5  # MODEL_SYNC_SECONDS

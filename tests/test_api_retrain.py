@@ -162,12 +162,10 @@ def shipped(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def newcomers():
-    """Measured rows of 4 families the shipped data leaves out. Not `flow`: since schema 9
-    the 8-family served model below under-predicts its two 32-layer gradients about 4.7x,
-    more than their smaller neighbours, and the screen drops those honest rows (a false
-    positive of the screen, open; screened together with the shipped rows, the shipped
-    CPU default drops 1 flow row of the 915 unshipped ones with schema 10, 4 with
-    schema 9, and the schema-8 one dropped 2 ppo rows)."""
+    """Measured rows of 4 families the shipped data leaves out. Not `flow`: the 8-family
+    served model below under-predicts its two 32-layer gradients about 4.7x, more than their
+    smaller neighbours, and the screen drops those honest rows (a false positive of the
+    screen, open)."""
     data = dataset.load([ROOT / "bench/data/cpu_unshipped_families.parquet"])
     families = sorted(set(data["family"]) - {"flow"})[:4]
     return select_rows(data[data["family"].isin(families)], "cpu")

@@ -25,6 +25,8 @@ from test_api_support import (
 import costmodel
 from costmodel.models import load
 
+pytestmark = pytest.mark.slow  # starts gunicorn servers
+
 
 def _faults():
     """bench/api_faults.py: its hostile requests, raw sender and /healthz probe."""

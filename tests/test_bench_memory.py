@@ -1,4 +1,4 @@
-"""bench/bench_memory.py on its committed runs: the library and unseen benches' programs
+"""bench/evaluations/bench_memory.py on its committed runs: the library and unseen benches' programs
 measured once more, each in a fresh process, for the host memory their interleaved timing
 cannot give; the stored bench results carry it, and the widening of the host-memory
 interval is fitted on them too."""

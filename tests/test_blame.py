@@ -171,9 +171,8 @@ def test_the_unrolled_loop_is_blamed_first_by_its_line():
     regions = costmodel.blame(hidden_loop, X, W).regions
     top = regions[0]
     assert top.source == _line(hidden_loop, "jnp.tanh(x @ w)")
-    # 59% (schema 17; 69% with schema 15-16's squared fusion costs: its 300 steps are the
-    # same few kernels, which XLA:CPU compiles once, and the fixed cost of any compile is
-    # most of the rest), every other line under 2%
+    # over half (its 300 steps are the same few kernels, which XLA:CPU compiles once, and
+    # the fixed cost of any compile is most of the rest), every other line under 2%
     assert top.name == "hidden_loop" and top.share > 0.55
     assert all(r.share < 0.02 for r in regions[1:] if r.source.startswith("test_blame.py"))
     assert top.ops >= 300 * 4
@@ -213,8 +212,7 @@ def test_cli_blame_prints_the_top_regions_and_json(tmp_path, monkeypatch, capsys
     assert cli.main(["blame", *args, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     lines = [r["source"] for r in out["regions"] if r["source"].startswith("prog.py")]
-    # the loop's line first; the two one-line reductions take 1-3% each (schema 15 put
-    # line 4's sine before line 7)
+    # the loop's line first; the two one-line reductions take 1-3% each
     assert lines == ["prog.py:6", "prog.py:7", "prog.py:4"]
     assert sum(r["seconds"] for r in out["regions"]) == pytest.approx(out["compile_seconds"])
 

@@ -1,4 +1,4 @@
-"""bench/calibration_choice.py on the stored runs: which way of calibrating left the least
+"""bench/evaluations/calibration_choice.py on the stored runs: which way of calibrating left the least
 bias on held-out programs, and the figures `costmodel calibrate` quotes from it."""
 
 import json

@@ -48,13 +48,3 @@ def test_one_fusion_of_complex_ops_compiles_far_slower_than_predicted(rows):
     assert np.all((ratio[grads] > 0.4) & (ratio[grads] < 2.9))
 
 
-def test_training_on_the_family_made_the_benches_worse():
-    """`bench/added_rows_effect.py --add complex_recurrence=... --noise 31`: the rows made
-    compile time on the stored benches worse, by more than leaving 31 random real rows out
-    moves it."""
-    stored = json.loads((ROOT / "bench/results/added_rows_complex.json").read_text())
-    shipped = stored["shipped rows"]["all"]["mean_abs_log"]
-    added = stored["complex_recurrence"]["all"]["mean_abs_log"]
-    draws = [v["all"]["mean_abs_log"] for k, v in stored.items() if "draw" in k]
-    assert added > shipped + 0.015
-    assert added > max(draws) + 0.01

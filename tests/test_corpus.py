@@ -369,8 +369,8 @@ def test_conv3d_convolves_rank_five_volumes():
 
 @pytest.mark.parametrize("tags, library", [
     (("real", "flax"), "flax"),            # a real-program corpus family
-    (("outside", "jax-md"), "jax-md"),     # bench/outside_programs.py: never trained on
-    (("probe", "flax"), "flax"),           # bench/failure_class_programs.py
+    (("outside", "jax-md"), "jax-md"),     # bench/evaluations/outside_programs.py: never trained on
+    (("probe", "flax"), "flax"),           # bench/evaluations/failure_class_programs.py
     (("seed",), ""), (("outside",), ""), ((), ""),
 ])
 def test_a_family_names_its_library_only_after_real_outside_or_probe(tags, library):

@@ -1,4 +1,4 @@
-"""bench/device_pairs.py on its committed run: 30 programs of the library and unseen benches
+"""bench/evaluations/device_pairs.py on its committed run: 30 programs of the library and unseen benches
 compiled on an H200 (autotuning on and off) and deviceless for the H100 on that machine's
 CPU (jax 0.11.2 there), scored by the shipped H100 model."""
 
@@ -9,7 +9,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "bench/data/device_pairs"
-RESULT = ROOT / "bench/results/device_pairs.json"
 
 
 @pytest.fixture(scope="module")
@@ -46,11 +45,9 @@ def test_on_device_compiles_are_faster_than_deviceless(report):
 
 
 def test_the_h100_model_predicts_deviceless_compiles_not_on_device_ones(report):
-    stored = json.loads(RESULT.read_text())
-    if report["model"] != stored["model"]:
-        pytest.skip(f"figures pinned for {stored['model']}, shipped {report['model']}")
-    # schema 17 (gpu-h100-301d6d76-0cf80a, and -195230 with host memory's ceiling, whose
-    # compile time is the same); schema 16: 1.327, 2.46, 0.412
-    assert report["model_vs_deviceless_there"]["median_fold"] == pytest.approx(1.271, abs=0.01)
-    assert report["model_vs_device"]["median_fold"] == pytest.approx(2.41, abs=0.02)
-    assert report["model_vs_device"]["measured_over_predicted"] == pytest.approx(0.430, abs=0.01)
+    """Read on a GPU machine the H100 model is an upper estimate: it follows the deviceless
+    compiles there and over-predicts the on-device ones about 2.5x (exact figures:
+    `tests/model_figures.json`)."""
+    deviceless, device = report["model_vs_deviceless_there"], report["model_vs_device"]
+    assert deviceless["median_fold"] < 1.5
+    assert device["measured_over_predicted"] < 0.6 < deviceless["measured_over_predicted"]

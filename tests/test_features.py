@@ -445,7 +445,7 @@ def _sine_chain(addend):
 
 def test_a_fusion_weighs_its_cost_by_the_arrays_it_reads_from_outside():
     # XLA:CPU compiles one fusion in time growing with its size times its inputs
-    # (`bench/fusion_shapes.py`): each chain below is one fusion of cost 10 * (4 + 1)
+    # (`bench/archive/fusion_shapes.py`): each chain below is one fusion of cost 10 * (4 + 1)
     one = F.extract(_sine_chain(lambda i: 1.0), X)
     assert one["fusion_groups"] == 1 and one["fusion_cost_inputs"] == one["fusion_cost_squares"] ** 0.5
     separate = F.extract(_sine_chain(lambda i, *ws: ws[i]), X, *[X] * 10)
@@ -610,7 +610,7 @@ def test_an_expensive_op_whose_only_user_is_recomputed_is_computed_once_on_xla_c
     assert (cpu["fusion_groups"], cpu["fusion_max_size"]) == (6, 4)
     # (the reductions' scalar bodies add nothing: rank-0 ops cost nothing)
     assert cpu["fusion_cost_squares"] == 4 ** 2 + 4 ** 2 + 2 ** 2 + 4 ** 2
-    # schema 11's rule, kept for the GPU target: the log1p goes wherever its user goes
+    # the GPU target's rule: the log1p goes wherever its user goes
     gpu = F.extract(shared, X, X, backend="gpu")
     assert (gpu["fusion_groups"], gpu["fusion_max_size"]) == (5, 5)
 
@@ -622,7 +622,7 @@ def test_scalar_ops_count_in_a_fusions_size_but_not_its_cost(shape, ops, cost_sq
     # ops; an array of any shape, even (1,), gets a loop body that compiles superlinearly
     def chain(x, y):
         # the sine weighs 4; the constant's broadcast is a bitcast for shape (1,), an
-        # op for (8, 8); schema 15 gave the scalar chain a cost of 8 ** 2 too
+        # op for (8, 8)
         return jnp.sin(x * y + 1.5) * y - x
     arg = jax.ShapeDtypeStruct(shape, jnp.float32)
     feats = F.extract(chain, arg, arg)
@@ -642,7 +642,7 @@ def _layers(shapes: list, scales: list):
 
 
 @pytest.mark.parametrize("shapes, scales, distinct", [
-    # XLA:CPU compiles a repeated kernel once (`bench/kernel_reuse.py`: 0.5 ms per
+    # XLA:CPU compiles a repeated kernel once (`bench/archive/kernel_reuse.py`: 0.5 ms per
     # repeated fusion, 7-14 ms per new one), so alike layers are one kernel ...
     ([(16, 16)] * 6, [0.5] * 6, 1),
     # ... but not with a weight of another shape, or a constant of their own inside
@@ -709,7 +709,7 @@ def test_a_slice_of_math_over_a_concatenate_reads_the_whole_concatenate():
         return (z * 3.0)[: x.shape[0]]
     feats = F.extract(first_half, VEC)
     # XLA:CPU (jax 0.10.2) does not push the slice through the multiply: one fusion of
-    # nine with the exp in it; schema 9 pushed it and found the add's half alone, (1, 5)
+    # nine with the exp in it
     assert (feats["fusion_groups"], feats["fusion_max_size"]) == (1, 9)
 
 
@@ -731,8 +731,7 @@ _stack_loss_grad = jax.grad(lambda x, t: jnp.mean((_stacked(x) - t) ** 2))
     # read by two ops, the stack is one fusion and each reader another
     (_two_readers, (VEC,), 3),
     # the loss's gradient: XLA computes the stack in one fusion, the gradient in a second
-    # and the exp both share on its own; fused into the gradient (schema 9) the stack was
-    # one fusion of 43
+    # and the exp both share on its own
     (_stack_loss_grad, (VEC, _f32(16, 4)), 3),
 ])
 def test_xla_cpu_materializes_a_concatenate_read_more_than_once(fn, args, groups):

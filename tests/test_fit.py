@@ -10,8 +10,10 @@ from sklearn.exceptions import NotFittedError
 from costmodel.models.power_law import baseline_log
 from costmodel.models.predictor import TargetModel
 from costmodel.training.fitting.baseline import overhead_power_law, power_law_coef
-from costmodel.training.fitting.estimator import ADDED_TERMS, CompileCostModel, conformal_bounds, size_bands
+from costmodel.training.fitting.estimator import CompileCostModel
 from costmodel.training.fitting.fit import features_frame, labels, train
+from costmodel.training.fitting.intervals import conformal_bounds, size_bands
+from costmodel.training.fitting.recipe import ADDED_TERMS
 
 # Small trees keep the suite fast; the behaviour under test does not depend on size.
 FAST = {"max_iter": 30, "n_folds": 3, "learning_rate": 0.2}
@@ -161,7 +163,7 @@ def test_predict_takes_feature_mappings_like_a_frame(quadratic):
 def test_each_backend_fits_its_own_size_terms_and_overrides_keep_the_rest():
     from conftest import make_rows
 
-    from costmodel.training.fitting.estimator import ADDED_TERMS, BACKEND_TERMS, BASELINE_TERMS
+    from costmodel.training.fitting.recipe import ADDED_TERMS, BACKEND_TERMS, BASELINE_TERMS
 
     cpu_rows = make_rows(np.linspace(100, 2000, 60))
     gpu_rows = cpu_rows.assign(backend="gpu", target="h100")
@@ -252,7 +254,7 @@ def test_real_programs_weigh_real_weight_times_a_synthetic_row(synthetic_rows):
 def test_real_programs_residuals_alone_set_the_intervals_where_there_are_enough():
     from conftest import make_rows
 
-    from costmodel.training.fitting.estimator import MIN_INTERVAL_RESIDUALS
+    from costmodel.training.fitting.intervals import MIN_INTERVAL_RESIDUALS
 
     rng = np.random.default_rng(5)
     rows = make_rows(rng.uniform(100, 2000, 400), families=8)
@@ -335,7 +337,7 @@ def test_a_ceiling_holds_the_bytes_a_program_captures():
 
 
 def test_held_bytes_count_as_the_low_end_of_what_holding_rows_use():
-    from costmodel.training.fitting.estimator import ANCHOR_HELD_MIN, held_per_byte
+    from costmodel.training.fitting.recipe import ANCHOR_HELD_MIN, held_per_byte
 
     rng = np.random.default_rng(10)
     held = np.concatenate([rng.uniform(1, 8, 200) * ANCHOR_HELD_MIN, np.zeros(200),

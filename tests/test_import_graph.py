@@ -147,3 +147,34 @@ def test_imports_point_down_the_layers(module):
     upward = {target for target in GRAPH[module]
               if _package_of(target) != _package_of(module) and LEVEL[_package_of(target)] <= level}
     assert upward == set()
+
+
+def _bench_paths(tree: ast.AST) -> list[str]:
+    """Path-like uses of bench/ in code (docstrings and prose such as help texts aside): a
+    string naming a path under it (`"bench/results"`), or `"bench"` joined onto a path."""
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)}
+    found = [node.value for node in ast.walk(tree)
+             if isinstance(node, ast.Constant) and isinstance(node.value, str)
+             and id(node) not in docstrings and " " not in node.value
+             and ("bench/" in node.value or "/bench" in node.value)]
+    found += ["/ 'bench'" for node in ast.walk(tree)
+              if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)
+              and any(isinstance(side, ast.Constant) and side.value == "bench"
+                      for side in (node.left, node.right))]
+    return found
+
+
+def test_the_bench_finder_sees_a_baked_in_path():
+    assert _bench_paths(ast.parse('RESULTS = ROOT / "bench" / "results"')) == ["/ 'bench'"]
+    assert _bench_paths(ast.parse('load(Path("bench/results"))')) == ["bench/results"]
+    assert _bench_paths(ast.parse('"""Reads `bench/results`."""\nframe["bench"]')) == []
+    assert _bench_paths(ast.parse('help="stored runs (bench/results in a checkout)"')) == []
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_library_module_reads_bench(module):
+    """The benches' results reach the library only as an argument (the build command's
+    `--outside-results`): an installed package has no bench/ folder."""
+    assert _bench_paths(ast.parse(MODULES[module].read_text())) == []

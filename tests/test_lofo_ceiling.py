@@ -1,4 +1,4 @@
-"""bench/lofo_ceiling.py: the family draws and the oracle input it scores the model with."""
+"""bench/evaluations/lofo_ceiling.py: the family draws and the oracle input it scores the model with."""
 
 from pathlib import Path
 

@@ -32,3 +32,34 @@ def test_predict_imports_no_training_or_fitting_libraries():
     assert loaded == []
     assert 0 < result["seconds"] < 10
     assert "costmodel.models.predictor" in result["modules"]
+
+
+WEB_WORKER = """
+import json, sys
+import jax, jax.numpy as jnp
+from costmodel.api import create_app
+app = create_app({"SAMPLES_DB": sys.argv[1], "RETRAIN_RUNNER": "worker",
+                  "RETRAIN_TOKEN": "t" * 32, "MODEL_SYNC_SECONDS": 0.0})
+client = app.test_client()
+text = jax.jit(lambda x: jnp.tanh(x @ x)).lower(jnp.ones((8, 8))).as_text()
+predicted = client.post("/v1/predict", json={"stablehlo": text, "backend": "cpu"})
+auth = {"Authorization": "Bearer " + "t" * 32}
+queued = client.post("/v1/retrain", headers=auth)
+job = client.get("/v1/retrain/" + queued.json["job"], headers=auth)
+print(json.dumps({"statuses": [predicted.status_code, queued.status_code, job.status_code],
+                  "job": job.json["status"], "modules": sorted(sys.modules)}))
+"""
+
+
+def test_a_web_worker_that_leaves_retraining_to_workers_imports_no_scikit_learn(tmp_path):
+    """With `RETRAIN_RUNNER=worker` a web worker predicts and enqueues retrain jobs without
+    loading the training stack: scikit-learn comes with the process that runs a job."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, "-c", WEB_WORKER, str(tmp_path / "s.sqlite3")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["statuses"] == [200, 202, 200] and result["job"] == "queued"
+    loaded = [name for name in result["modules"]
+              if name.split(".")[0] == "sklearn" or name.startswith("costmodel.training.fitting")]
+    assert loaded == []

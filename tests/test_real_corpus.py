@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ElementTree
 
 import jax
 import pytest
+from conftest import corpus_library_missing
 
 from costmodel.training import corpus
 from costmodel.training.corpus import real_jaxsim, real_support
@@ -52,7 +53,8 @@ def test_missing_libraries_register_nothing():
 
 def test_real_corpus_reaches_the_issue_size():
     if real_support.MISSING:
-        pytest.skip(f"not installed (pip install -e '.[corpus]'): {sorted(real_support.MISSING)}")
+        corpus_library_missing(f"not installed (pip install -e '.[corpus]'): "
+                               f"{sorted(real_support.MISSING)}")
     per_library = collections.Counter()
     for family in _real().values():
         per_library[family.tags[1]] += len(family.grid)
@@ -65,7 +67,7 @@ def test_real_corpus_reaches_the_issue_size():
 def test_smallest_program_of_each_library_lowers(library):
     name = SMALLEST[library]
     if name not in corpus.FAMILIES:
-        pytest.skip(f"{library} is not installed (pip install -e '.[corpus]')")
+        corpus_library_missing(f"{library} is not installed (pip install -e '.[corpus]')")
     family = corpus.get_family(name)
     fn, args = corpus.build(name, family.grid[0])
     assert all(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree_util.tree_leaves(args))
@@ -88,3 +90,15 @@ def test_jaxsim_robot_description_is_a_tree_of_boxes():
     poses = {link.get("name"): link.findtext("pose") for link in model.findall("link")}
     depths = [float(poses[f"leg1_link{s}"].split()[2]) for s in range(3)]
     assert depths == pytest.approx([-0.05, -0.25, -0.45])
+
+
+def test_a_missing_corpus_library_skips_unless_ci_requires_it(monkeypatch):
+    from conftest import REQUIRE_CORPUS_ENV, import_corpus_library
+
+    monkeypatch.delenv(REQUIRE_CORPUS_ENV, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="not installed"):
+        import_corpus_library("costmodel_no_such_library")
+    monkeypatch.setenv(REQUIRE_CORPUS_ENV, "1")
+    with pytest.raises(pytest.fail.Exception, match="is set but costmodel_no_such_library"):
+        import_corpus_library("costmodel_no_such_library")
+    assert import_corpus_library("jax.numpy").__name__ == "jax.numpy"

@@ -17,6 +17,8 @@ from costmodel.api.jobs import DIED
 from costmodel.api.retrain_job import PARTIAL
 from costmodel.api.retrain_worker import run_worker
 
+pytestmark = pytest.mark.slow  # starts retrain-worker processes and kills them
+
 
 @pytest.fixture
 def service(tmp_path, store, wrong_model, good_data):

@@ -9,8 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from costmodel.training.measure.sweep import SweepConfig, plan
 from costmodel.training.store import dataset
+
+pytestmark = pytest.mark.slow  # runs and kills a sweep
 
 TINY = str(Path(__file__).with_name("tiny_family.py"))
 LIMIT = 3  # of the tiny family's 4 programs

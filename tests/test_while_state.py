@@ -1,11 +1,9 @@
-"""bench/while_state.py: counting while loops and the values they carry, and its stored run."""
+"""bench/archive/while_state.py: counting while loops and the values they carry."""
 
-import json
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,16 +32,3 @@ def test_a_loop_carrying_three_arrays_and_its_counter_carries_four(bench):
     assert bench.carried_values(jax.jit(jnp.sin).lower(vector).as_text()) == (0, 0)
 
 
-def test_the_stored_run_ties_the_models_misses_to_loop_state():
-    """80 programs (the second outside set and JaxSim's): the shipped model's log miss
-    rises with the values while loops carry, also with the op count held fixed."""
-    report = json.loads((ROOT / "bench/results/while_state.json").read_text())
-    programs = report["programs"]
-    assert len(programs) == 80
-    miss = np.log([p["measured_over_predicted"] for p in programs])
-    carried = np.log1p([p["carried"] for p in programs])
-    assert report["correlation_log_miss_log_carried"] == pytest.approx(
-        np.corrcoef(miss, carried)[0, 1]) == pytest.approx(0.52, abs=0.01)
-    ops = np.c_[np.ones(len(miss)), np.log([p["ops"] for p in programs])]
-    residual = [v - ops @ np.linalg.lstsq(ops, v, rcond=None)[0] for v in (miss, carried)]
-    assert np.corrcoef(*residual)[0, 1] == pytest.approx(0.41, abs=0.01)

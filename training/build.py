@@ -56,7 +56,7 @@ def build_default(data_paths: Sequence[str | Path], backend: str = "cpu", target
     in `outside_results` widen the intervals (`interval_widening`) and the card scores the
     model on them; `predictions_out` (a parquet file)
     keeps the evaluation's held-out predictions, each with its row's `key`
-    (`bench/cross_machine.py` scores them against another machine's measurements).
+    (`bench/evaluations/cross_machine.py` scores them against another machine's measurements).
 
     Example:
         >>> build_default(["training/data/cpu/rows.parquet"], "cpu",
@@ -143,3 +143,32 @@ def _widened(artifact: Artifact, rows: pd.DataFrame, report: dict,
                     backend=artifact.backend, target=artifact.target, data=rows,
                     metrics=report, name=artifact.manifest["name"])
     return artifact, report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Build a shipped default model: `python -m costmodel.training.build
+    training/data/cpu/rows.parquet --outside-results bench/results` (the benches' stored
+    runs widen its intervals and score it on its card; the library reads no bench folder
+    of its own)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m costmodel.training.build",
+                                     description=main.__doc__.split("\n")[0])
+    parser.add_argument("data", nargs="+", help="dataset rows (parquet or jsonl)")
+    parser.add_argument("--backend", default="cpu")
+    parser.add_argument("--target", default="")
+    parser.add_argument("--out", type=Path, help="default: the shipped model's folder")
+    parser.add_argument("--outside-results", type=Path,
+                        help="a folder of stored bench results (bench/results in a checkout)")
+    parser.add_argument("--predictions-out", type=Path)
+    parser.add_argument("--jobs", type=int, default=1)
+    args = parser.parse_args(argv)
+    artifact = build_default(args.data, args.backend, args.target, out=args.out, jobs=args.jobs,
+                             outside_results=args.outside_results,
+                             predictions_out=args.predictions_out)
+    print(f"wrote {artifact.path} (version {artifact.version})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

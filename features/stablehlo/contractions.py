@@ -81,7 +81,7 @@ def operand_transposed(rank: int, batch: list[int], contracting: list[int],
     is one free and one contracting dimension: a transposed matrix is only a layout.
     Measured (jax 0.10.2): `km,kn` and `bhqd,bhkd` are not copied; `k1 k2 m`, `k m1 m2`
     and `m1 k m2` as lhs, `n1 n2 k` as rhs, and `bqhd,bkhd` (batch not leading) are.
-    `bench/layout_cost.py`: ``bqhd,bkhd->bhqk`` compiled in 86 ms, ``bhqd,bhkd->bhqk`` in 11."""
+    `bench/archive/layout_cost.py`: ``bqhd,bkhd->bhqk`` compiled in 86 ms, ``bhqd,bhkd->bhqk`` in 11."""
     if list(batch) != list(range(len(batch))):
         return True
     rest = [d for d in range(rank) if d not in batch]
@@ -98,7 +98,7 @@ def conv_stats(op, tensor=tensor) -> tuple[float, int]:
     """Flops of a convolution, and how many of its input, kernel and result are not in the
     layout of XLA:CPU's library convolution (input and result [b, spatial..., f], kernel
     [spatial..., i, o]); each becomes a transposing loop kernel of its own.
-    `bench/layout_cost.py`: a 2-D convolution compiled in 116 ms channels-first (NCHW/OIHW),
+    `bench/archive/layout_cost.py`: a 2-D convolution compiled in 116 ms channels-first (NCHW/OIHW),
     65 ms with only the kernel OIHW, 10.5 ms channels-last.
 
     dim_numbers prints as [b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]; the kernel's `o` gives

@@ -45,7 +45,7 @@ class Fusions:
     On XLA:CPU a reshape, a convert to its own type and a broadcast that only inserts unit
     dimensions are bitcasts: they fuse but count as no op (`leaves_no_instruction`).
 
-    Scored against XLA's optimized modules (`bench/fusion_vs_xla.py`: 223 stored CPU rows,
+    Scored against XLA's optimized modules (`bench/archive/fusion_vs_xla.py`: 223 stored CPU rows,
     3 per family, lowered again), the log of the total fused ops follows the log of XLA's
     instruction count with median error 0.212, p90 0.576 (the StableHLO op count: 0.246 /
     0.819; schema 9, with slices pushed through elementwise math and concatenates fused
@@ -54,7 +54,7 @@ class Fusions:
     static steps 10.9k / 287 against 13.1k / 350 (schema 8: 31.3k / 893); Keras LSTM 32
     unrolled steps 14.1k / 237 against 15.0k / 260 (schema 8: 6.7k / 277); sympy2jax fit
     of 4 outputs x 32 terms 10.8k / 805 against 14.4k / 809 (schema 9: 78.8k / 811).
-    `bench/fusion_emulation.md` has the history.
+    `bench/archive/fusion_emulation.md` has the history.
     """
 
     def __init__(self, xla_cpu: bool = True) -> None:
@@ -244,7 +244,7 @@ class Fusions:
             # time linear in their ops, an array's loop body superlinearly (one fusion
             # summing N sine terms over N inputs: 0.11 / 0.23 s at N = 128 / 256 as
             # scalars, 0.24 / 0.66 s over shape (1,), 0.42 / 1.05 s over (512,);
-            # `bench/scalar_fusions.py`). Unrolled solvers, simulations and message
+            # `bench/archive/scalar_fusions.py`). Unrolled solvers, simulations and message
             # passing build big scalar fusions (jax-md's unrolled gradient: 588 ops).
             cost = 0.0 if self._rank[position] == 0 else weight
             for fusion in targets:

@@ -5,7 +5,7 @@ matrix, and beam-search decoding with ``lax.top_k``.
 
 Each overlaps an older family in a construct whose compile cost is its own: convolutions
 not in the layout XLA:CPU hands to its library (channels-first input, an OIH kernel, and
-every convolution gradient) cost a transposing loop kernel each (`bench/layout_cost.py`:
+every convolution gradient) cost a transposing loop kernel each (`bench/archive/layout_cost.py`:
 a 1-D NCW convolution compiled in 94 ms against 11 ms for NWC); so do attention einsums
 whose batch dimensions are not leading (``bqhd,bkhd->bhqk``: 86 ms against 11 ms for
 ``bhqd,bhkd->bhqk``); gathers and scatters with bounds-checking index arithmetic

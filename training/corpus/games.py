@@ -5,7 +5,7 @@ environments written in JAX) hold many loops, two to four deep, each body a few 
 gathers, scatters, selects and small reductions over a board. The corpus had few programs
 like this (diffrax, netket and jaxley loops hold matmuls and ODE steps), and programs of
 this kind from libraries outside the corpus were under-predicted 1.5-2.4x at 1-7 s
-(`bench/outside_libraries.py`: mctx, evosax, pgx, gymnax). This family does not show why:
+(`bench/evaluations/outside_libraries.py`: mctx, evosax, pgx, gymnax). This family does not show why:
 measured (20 programs, 1.4-19 s on an AMD EPYC), the model trained without it
 over-predicted it 1.6x, and training on it made the outside benches worse, so its rows
 are kept with the unshipped families (`bench/data/cpu_unshipped_families.parquet`), not

@@ -59,11 +59,11 @@ def build_complex_recurrence(steps: int, width: int, kind: str, grad: bool
     predicted within 0.4-2.9x, median 0.95. Trained on, the rows made the stored benches
     worse (`bench/results/added_rows_complex.json`) and did not help the complex programs of
     a real library (PennyLane's VQE, under-predicted 1.7x), so they are not in the shipped
-    data. Weighing complex ops more would not fix it (`bench/complex_op_cost.py`): the
+    data. Weighing complex ops more would not fix it (`bench/archive/complex_op_cost.py`): the
     emulator's weights are near what the ops cost. Few training rows are one giant fusion
     in an otherwise small module (6 rows of 2 families), and 16 wide compiles 2-5x faster
     than 256 wide with the same features, which no simple rule of width explains
-    (`bench/complex_width.py`).
+    (`bench/archive/complex_width.py`).
 
     Args:
         steps: Unrolled steps.

@@ -2,7 +2,7 @@
 train step (layers as a Python loop, lifted ``nn.scan``, or ``nn.remat`` per block) and
 a convolutional classifier with batch-norm state trained with SGD momentum.
 
-Unlike ``bench/library_programs.py`` (a pre-norm encoder, forward or gradient only), these
+Unlike ``bench/evaluations/library_programs.py`` (a pre-norm encoder, forward or gradient only), these
 carry token embeddings, causal masks and the optimizer update in the same program.
 """
 

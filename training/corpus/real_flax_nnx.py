@@ -3,7 +3,7 @@
 split/merge of the graph state around a pure step.
 
 A vision transformer (patch convolution, ``nnx.MultiHeadAttention``) and a deep residual
-MLP with dropout and layer norm; ``bench/library_programs.py`` has only an NNX CNN.
+MLP with dropout and layer norm; ``bench/evaluations/library_programs.py`` has only an NNX CNN.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ check: each bench library's programs scored against a rule fitted without them.
 
 Each widened quantity (`WIDENED_TARGETS`: compile seconds, peak host memory) gets a rule of
 its own, fitted on the bench runs that measured it: every bench times compiles, the
-outside-libraries runs also measure host memory, and `bench/bench_memory.py` measures it for
+outside-libraries runs also measure host memory, and `bench/evaluations/bench_memory.py` measures it for
 the library and unseen benches' programs.
 """
 

@@ -10,8 +10,9 @@ import pandas as pd
 
 from costmodel.models.novelty import Widening
 
-from ..fitting.estimator import ADDED_TERMS, BASELINE_FORMS, BASELINE_TERMS, TARGETS
+from ..fitting.estimator import TARGETS
 from ..fitting.fit import families, model_params
+from ..fitting.recipe import ADDED_TERMS, BASELINE_FORMS, BASELINE_TERMS
 from . import metrics
 from .evaluate import (
     EXTRAPOLATION_TEST_FROM,

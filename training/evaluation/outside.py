@@ -1,12 +1,11 @@
 """Scores on programs outside the corpus, from the stored results of the benches.
 
-`bench/unseen_programs.py`, `bench/library_programs.py` and `bench/outside_libraries.py`
-time programs that no corpus family builds and keep each one's model inputs next to its
-measured seconds. Any model
-for the same backend, target and feature schema can be scored on them again without
-compiling: tests do so for the shipped models, and model cards report it. The results
-folder is always named by the caller (`bench/results` in a source checkout; an installed
-package has no benches).
+`bench/evaluations/unseen_programs.py`, `bench/evaluations/library_programs.py` and
+`bench/evaluations/outside_libraries.py` time programs that no corpus family builds and keep
+each one's model inputs next to its measured seconds. Any model for the same backend, target
+and feature schema can be scored on them again without compiling: tests do so for the
+shipped models, and model cards report it. The results folder is always named by the caller
+(`bench/results` in a source checkout; an installed package has no benches).
 """
 
 from __future__ import annotations
@@ -47,7 +46,7 @@ def current_results(folder: Path, backend: str, target: str = "") -> dict[str, d
 
 # Where a stored bench result keeps each predicted quantity's measurement. Every bench
 # times compiles; the outside-libraries runs also keep each compile's peak host-RSS growth,
-# and `bench/bench_memory.py` adds it to the library and unseen benches' results.
+# and `bench/evaluations/bench_memory.py` adds it to the library and unseen benches' results.
 MEASURED_KEYS = {"compile_seconds": "measured_s", "peak_rss_bytes": "measured_peak_rss_bytes"}
 
 
@@ -122,7 +121,7 @@ def card_section(artifact, folder: Path, backend: str, target: str = "") -> list
              *_score_table(artifact, results, "compile_seconds")]
     if memory:
         lines += ["Peak host memory of the programs each measured in a fresh process (the "
-                  "outside-libraries runs, and `bench/bench_memory.py` for the library and "
+                  "outside-libraries runs, and `bench/evaluations/bench_memory.py` for the library and "
                   "unseen programs, which are timed together in one process):", "",
                   *_score_table(artifact, memory, "peak_rss_bytes")]
     return lines

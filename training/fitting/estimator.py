@@ -13,7 +13,6 @@ are in the data, their residuals alone set the intervals.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -32,7 +31,6 @@ from costmodel.models.predictor import (
     LOG_OFFSETS,
     TARGETS,
     Anchor,
-    Bands,
     Predictor,
     TargetModel,
     column_sum,
@@ -42,131 +40,24 @@ from costmodel.models.predictor import (
 from costmodel.models.table import Table, augment
 
 from .baseline import drift_power, overhead_power_law, power_law_coef
+from .intervals import MIN_INTERVAL_RESIDUALS, interval_rows, with_intervals
+from .recipe import (
+    ADDED_TERMS,
+    ANCHOR_HELD,
+    ANCHOR_MARGINS,
+    ANCHOR_WEIGHTS,
+    ANCHORS,
+    BASELINE_FORMS,
+    BASELINE_TERMS,
+    DRIFT_TERMS,
+    held_per_byte,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["LOG_OFFSETS", "TARGETS", "CompileCostModel", "Table", "augment", "from_log",
            "to_log"]
-# How each target's baseline is fitted (see `CompileCostModel`).
-BASELINE_FORMS = {"compile_seconds": "overhead", "peak_rss_bytes": "overhead",
-                  "executable_memory_bytes": "within"}
-# Size terms of the regression that estimates how much load drift shows in compile seconds.
-DRIFT_TERMS = ("hlo_ops_inlined", "hlo_ops_trip_weighted")
-# Size counts of the baseline, per target (each enters as log(1 + count)).
-# Compile seconds also scale with the emulated fusions' ops in all (`fused_ops`), which
-# follow XLA's optimized instruction count where op counts do not (an unrolled recurrent
-# net's backward fusions recompute a growing chain at every step). Schema 9, CPU, against
-# the op count alone: library held out, median fold 1.19 either way, p90 1.62 -> 1.54,
-# within 2x 95.9% -> 97.9%, Spearman 0.953 -> 0.964, but the max 5.1 -> 6.5 (sympy2jax
-# with 4 outputs, which the emulator over-counts 4x); family held out 1.24 -> 1.22;
-# extrapolation 2.32 -> 2.17. The GPU baseline keeps its own terms (`BACKEND_TERMS`).
-# Host memory too follows the fused ops (XLA compiles each fusion as one LLVM function)
-# better than loop-weighted op counts and tensor sizes. Schema 11, against (ops, ops x
-# trips, elements): CPU library held out median fold 1.313 -> 1.289, p90 2.18 -> 2.00,
-# Spearman 0.877 -> 0.899; the outside-libraries runs' mean |log error| (of MB + 1)
-# 0.406 -> 0.332 and 0.412 -> 0.340 (median 1.315 -> 1.286, 1.435 -> 1.328); H100 held out
-# 1.218 either way, p90 1.71 -> 1.67, Spearman 0.934 -> 0.954, its outside run 0.337 ->
-# 0.315 (median 1.261 -> 1.331). Adding elements, ops x trips or the fusion count back did
-# worse on both.
-BASELINE_TERMS = {
-    "compile_seconds": ("hlo_ops_inlined", "fused_ops"),
-    "peak_rss_bytes": ("hlo_ops_inlined", "fused_ops"),
-    "executable_memory_bytes": ("hlo_ops_inlined", "tensor_sum_elements",
-                                "tensor_max_elements", "io_bytes"),
-}
-# Counts whose cost adds to the rest of the compile instead of scaling it (see
-# `overhead_power_law`), per target with an "overhead" baseline. On XLA:CPU: embedded
-# constants; matrix-vector dots (emitted as LLVM loops, not library calls); big fusions
-# (LLVM optimizes each as one function); kernels run as one sequence (the runtime orders
-# them by checking every pair for shared buffers, then prunes redundant edges: 80% of a
-# 4000-kernel unrolled loop's compile, `bench/perf_compile.py`); case ops' results x
-# branches squared (HLO ordering relates each result's definitions across branches: 89%
-# of a 64-branch switch gradient's compile went to call-graph dominance checks and branch
-# lookups). The sequence term replaced values-with-many-uses squared, which had
-# stood in for it on unrolled loops. Schema 6, leave-one-family-out, adding the sequence
-# term and then the case term: Spearman 0.924 -> 0.930 -> 0.934, p90 1.97 -> 1.92 -> 1.85,
-# extrapolation 2.28 -> 1.94 -> 1.77. `layout_transposes` stays a tree input: as an added
-# term (32 families, schema 5) it took over the fixed cost and traded extrapolation
-# (median fold 2.28 -> 2.50) for leave-one-family-out (Spearman 0.924 -> 0.935, p90
-# 1.97 -> 1.95).
-# Constant folding (schema 7) is a cost of its own too: XLA's interpreter evaluates the
-# folded ops element by element (9 elementwise steps over 2048^2 tables: 9.3 s), and hands
-# dots to a library (nine 2048^3 products: 5.7 s). Trees alone cannot carry it past the
-# largest fold measured: with the `constant_fold` family held out, median fold 4.3 / max
-# 32 without these terms, 3.7 / 19 with them (nothing else in the corpus folds much).
-# Distinct fusions (schema 15) are a cost of their own: XLA:CPU compiles a fusion it has
-# compiled before almost for free (`bench/kernel_reuse.py`: 0.46 ms per repeated fusion
-# against 6.9-14.4 ms per distinct one), so a model that grows with all fusions
-# over-predicts long unrolled programs. As a tree input only, trained on programs under
-# 3 s and tested on those of 10 s or more, median fold 1.81 / p90 18.9; as an added term,
-# 1.67 / 3.5 (libraries held out: 1.179 -> 1.157).
-# Since schema 16 the fusion term counts array ops only (XLA:CPU compiles scalar fusions in
-# linear time, `bench/scalar_fusions.py`): over 148 bench programs of libraries in no
-# corpus, mean |log error| 0.225 -> 0.214; libraries held out 1.16 -> 1.17. Offered both
-# (schema 15's all-op squares as a second term), the corpus fit took the all-op one
-# (exponent 0.95) and dropped the array-only one (0.01), back to 0.226 on those programs.
-# Since schema 17 the fusion term is each fusion's cost times its inputs, not its cost
-# squared: one fusion of 1024 `sin(a) + w_i` steps compiles in 0.26 s on one addend and
-# 12.4 s on 1024 separate arrays (`bench/fusion_shapes.py`). Over the 184 stored bench
-# programs of libraries in no corpus, mean |log error| 0.260 -> 0.242 (three fits with 31
-# random real rows left out: 0.238-0.248 against 0.257-0.264); offered as a second term
-# beside the squares, 0.266 (0.255-0.260). The trees do not read it (as a tree input too:
-# 0.240, host memory 0.322 -> 0.329).
-ADDED_TERMS = {"compile_seconds": ("dense_constant_bytes", "dot_matrix_vector",
-                                   "fusion_cost_inputs", "sequence_kernel_squares",
-                                   "case_result_branch_squares", "fold_elements",
-                                   "fold_dot_flops", "fusion_distinct")}
-# Where a backend's compiler differs (`fit.model_params` applies these). For the GPU
-# target, fusion size added nothing and fan-out fitted best as a scaling term; index
-# changes inside a fusion (associative scans are all strided slices and pads: 95 ops took
-# 4-5 s) are a cost of their own. Leave-one-family-out on the deviceless H100 rows gave
-# median fold 1.32 / p90 2.47 this way against 1.39 / 2.96 with the CPU terms (schema 4,
-# the 500 rows before the library families).
-# On CPU the indexing term made it worse (p90 1.93 -> 2.34).
-# Kernels per sequence describe XLA:CPU's runtime; as GPU tree inputs they only added
-# noise (schema 6, 1140 rows: p90 2.05 -> 2.13). HLO ordering is shared: the case term
-# helps there too (Spearman 0.904 -> 0.909, p90 2.05 -> 2.03, extrapolation 2.00 -> 2.02).
-BACKEND_TERMS = {"gpu": {
-    "baseline_terms": {"compile_seconds": ("hlo_ops_inlined", "fanout_squares")},
-    "added_terms": {"compile_seconds": ("dense_constant_bytes", "dot_matrix_vector",
-                                        "fusion_indexing_squares",
-                                        "case_result_branch_squares", "fold_elements",
-                                        "fold_dot_flops", "fusion_distinct")},
-    "tree_exclude": ("sequence_kernels_max", "sequence_kernel_squares", "fusion_cost_inputs"),
-}, "cpu": {"tree_exclude": ("fusion_cost_inputs",)}}
-# Targets whose prediction has a ceiling drawn from another target's (`Anchor`), moved
-# down toward it by the weight that best predicts the out-of-fold rows (`ANCHOR_WEIGHTS`;
-# 0 leaves the target as it was). Host memory follows compile time: real programs of 10 s
-# or more use 26-62 MB per compile second (10th to 90th percentile), yet the memory model
-# alone, whose trees read the op mix, predicted 1.5-3.5 GB for bench programs of 20-30 s
-# that used 0.5-1.4 GB. CPU, schema 17, over the 184 stored bench programs of libraries in
-# no corpus (`bench/memory_anchor.py`, fits only; three draws leave 31 random real rows
-# out): host memory's mean |log error| 0.322 -> 0.287 (draws 0.327 -> 0.293, 0.329 ->
-# 0.294, 0.316 -> 0.307), on those of 10-100 s 0.606 -> 0.400; fitted weight 0.85 (draws
-# 0.7-0.9; the margin above the line, chosen with it, 0 in every fit). Better on six of the
-# eight benches (the top-end programs 0.591 -> 0.291), worse on two: simulators and RL
-# 0.223 -> 0.329, whose compile time is under-predicted 1.5-1.9x and the ceiling with it,
-# and the unseen programs 0.259 -> 0.292. Pulled toward the line from below too it was
-# worse than none (0.361): small programs' memory sits above a line through all sizes.
-ANCHORS = {"peak_rss_bytes": "compile_seconds"}
-ANCHOR_WEIGHTS = np.round(np.linspace(0.0, 1.0, 21), 2)
-# How far above the line the ceiling may sit (log scale), chosen with the weight.
-ANCHOR_MARGINS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
-# Bytes a compile holds whatever its time, which raise the ceiling (`Anchor.held`): by as
-# many bytes per held byte as the rows that hold at least `ANCHOR_HELD_MIN` of them use
-# at the low end (`ANCHOR_HELD_QUANTILE` of their memory over held bytes), so that the
-# ceiling does not cut below what such programs hold. CPU, schema 17: 69 rows of five
-# families (captured tables, folded constants, lookup tables, NetKet), 1.4-8.7 bytes per
-# held byte, median 3.0, 10th percentile 1.95. Chosen, as tried first, on the out-of-fold
-# rows with the weight, it came out 0-1.5 from draw to draw. With none, the ceiling took
-# the product of two captured 1024x1024 tables (0.35 s to compile, 101 MB) to 44 MB; with
-# it, 84 MB (`bench/memory_anchor.py`: the 13 failure-class programs 0.440 -> 0.360 mean
-# |log error|, three draws that leave 31 real rows out alike, no other bench moved).
-ANCHOR_HELD = ("dense_constant_bytes", "fold_bytes")
-ANCHOR_HELD_MIN = 4 * 2**20
-ANCHOR_HELD_QUANTILE = 0.1
-ANCHOR_HELD_ROWS = 10  # fewer such rows: no bytes held
 
 
 class CompileCostModel:
@@ -456,75 +347,3 @@ def _weighted(X: np.ndarray, target: np.ndarray, weight: np.ndarray) -> tuple:
         repeats = weight.astype(int)
         return np.repeat(X, repeats, axis=0), np.repeat(target, repeats)
     return X, target, weight
-
-
-# Interval bands by predicted size: three, each from at least this many residuals.
-SIZE_BANDS = 3
-MIN_BAND_RESIDUALS = 40
-# Fewest out-of-fold residuals of the `interval_rows` that set the intervals on their own
-# (enough for every size band); with fewer, every row's residual counts.
-MIN_INTERVAL_RESIDUALS = SIZE_BANDS * MIN_BAND_RESIDUALS
-
-
-def held_per_byte(used: np.ndarray, held: np.ndarray) -> float:
-    """Bytes a ceiling allows per held byte: the `ANCHOR_HELD_QUANTILE` of `used` over
-    `held` bytes among rows holding at least `ANCHOR_HELD_MIN` (0 with fewer than
-    `ANCHOR_HELD_ROWS` of them), rounded to 0.05."""
-    holding = np.isfinite(used) & (held >= ANCHOR_HELD_MIN)
-    if holding.sum() < ANCHOR_HELD_ROWS:
-        return 0.0
-    return float(np.round(np.quantile(used[holding] / held[holding], ANCHOR_HELD_QUANTILE) * 20) / 20)
-
-
-def interval_rows(rows: np.ndarray, calibrating: np.ndarray) -> np.ndarray:
-    """Of `rows`, the `calibrating` ones where at least `MIN_INTERVAL_RESIDUALS` are, else
-    all of them (real programs alone decide where there are enough of them)."""
-    if np.sum(rows & calibrating) >= MIN_INTERVAL_RESIDUALS:
-        return rows & calibrating
-    return rows
-
-
-def with_intervals(fitted: TargetModel, predicted: np.ndarray, z: np.ndarray,
-                   coverage: float) -> TargetModel:
-    """`fitted` with conformal intervals (one pair, and by size band) from out-of-fold
-    predictions `predicted` of labels `z` (log scale)."""
-    residual = z - predicted
-    lo, hi = conformal_bounds(residual, coverage)
-    return replace(fitted, lo=lo, hi=hi, bands=size_bands(predicted, residual, coverage),
-                   oof_residual_mad=float(np.median(np.abs(residual)))
-                   if len(residual) else None)
-
-
-def size_bands(predicted: np.ndarray, residual: np.ndarray, coverage: float) -> Bands | None:
-    """Conformal bounds per tercile of the out-of-fold prediction (log scale).
-
-    Small and large programs are not predicted equally well (the largest real programs
-    were over-predicted 10-25x while small ones sat within 2x), so one band for all would
-    be too wide for some sizes and too narrow for others. None when too few residuals.
-    """
-    if len(residual) < SIZE_BANDS * MIN_BAND_RESIDUALS:
-        return None
-    edges = np.quantile(predicted, np.arange(1, SIZE_BANDS) / SIZE_BANDS)
-    band = np.searchsorted(edges, predicted, side="right")
-    bounds = [conformal_bounds(residual[band == b], coverage) for b in range(SIZE_BANDS)]
-    return Bands(edges=edges, lo=np.array([lo for lo, _ in bounds]),
-                 hi=np.array([hi for _, hi in bounds]))
-
-
-def conformal_bounds(residual: np.ndarray, coverage: float) -> tuple[float, float]:
-    """Lower and upper residual quantiles whose band holds `coverage` of new residuals.
-
-    Split-conformal with the finite-sample correction: the k-th smallest of n residuals
-    with k = ceil((n + 1) * q) bounds a new one with probability >= q.
-    """
-    residual = np.sort(np.asarray(residual, float))
-    n = len(residual)
-    if n == 0:
-        return -math.inf, math.inf
-    tail = (1.0 - coverage) / 2.0
-    # the epsilon keeps float noise ((1 - 0.9) / 2 * 40 = 1.9999...) off the rank
-    upper = math.ceil((n + 1) * (1.0 - tail) - 1e-9)
-    lower = math.floor((n + 1) * tail + 1e-9)
-    hi = residual[upper - 1] if upper <= n else math.inf
-    lo = residual[lower - 1] if lower >= 1 else -math.inf
-    return float(lo), float(hi)

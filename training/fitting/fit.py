@@ -16,15 +16,9 @@ from costmodel.features import MODEL_FEATURES
 
 from ..store.dataset import FEATURE_PREFIX
 from .baseline import drift_power
-from .estimator import (
-    BACKEND_TERMS,
-    DRIFT_TERMS,
-    TARGETS,
-    CompileCostModel,
-    Table,
-    augment,
-)
+from .estimator import TARGETS, CompileCostModel, Table, augment
 from .phase_model import fit_phase_shares
+from .recipe import BACKEND_TERMS, DRIFT_TERMS
 
 if TYPE_CHECKING:
     pass

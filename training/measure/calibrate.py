@@ -17,7 +17,7 @@ its phases. The record keeps several ways of turning that into one factor (`cand
 
 The factor applied is the model ratio: on 11 stored runs (held-out programs measured on
 another CPU kind and outside libraries' programs, 25 calibrations;
-`bench/calibration_choice.py`) it left the smallest bias on held-out programs, worst
+`bench/evaluations/calibration_choice.py`) it left the smallest bias on held-out programs, worst
 1.20x against the reference speed's 1.31x and the set's 1.37x, and a weight fitted for a
 blend with the reference speed, each run left out, came out near 0. Without a model to
 predict with, the reference speed is applied, and without a reference power the set's
@@ -30,8 +30,9 @@ passes, backend, the rest) fitted so the parts add up to each program's compile 
 They are not applied: on 94 real programs measured on a second CPU kind, and on this
 machine pinned to one core, they did no better than the reference speed, and programs'
 ratios between the machines did not follow their predicted phase shares
-(`bench/cross_machine.py`, `bench/calibration_effect.py`). The record goes to a small JSON
-file (`$COSTMODEL_CALIBRATION`, else `~/.cache/costmodel/calibration.json`).
+(`bench/evaluations/cross_machine.py`, `bench/evaluations/calibration_effect.py`). The
+record goes to a small JSON file (`$COSTMODEL_CALIBRATION`, else
+`~/.cache/costmodel/calibration.json`).
 
 Run `costmodel calibrate` once per machine.
 """
@@ -81,7 +82,7 @@ SPREAD_OF = (MODEL_RATIO, REFERENCE_SPEED, CALIBRATION_SET)
 AGREEING_SPREAD = 1.15
 # What each way that can be applied left on held-out programs of stored runs (geometric
 # mean of predicted over measured per calibration, lowest and highest) and over how many
-# calibrations and runs: `bench/calibration_choice.py`, whose result a test holds these to.
+# calibrations and runs: `bench/evaluations/calibration_choice.py`, whose result a test holds these to.
 HELD_OUT_BIAS = {MODEL_RATIO: (0.84, 1.16), REFERENCE_SPEED: (0.79, 1.31),
                  CALIBRATION_SET: (0.73, 1.09)}
 HELD_OUT_CALIBRATIONS, HELD_OUT_RUNS = 25, 11

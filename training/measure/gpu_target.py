@@ -62,7 +62,7 @@ def _one_device(device):
 
 def deviceless_sharding(target: str):
     """A single-device sharding on `target` compiled for without its device (also where a
-    GPU is present: `bench/device_pairs.py` compiles both ways on one machine)."""
+    GPU is present: `bench/evaluations/device_pairs.py` compiles both ways on one machine)."""
     from jax.experimental import topologies
 
     try:

@@ -17,7 +17,7 @@ cannot then lower for a GPU target.
 
     python -m costmodel.training.measure.reextract training/data/gpu-h100/rows.parquet [--out P]
     python -m costmodel.training.measure.reextract bench/data/outside_libraries/measured.parquet \
-        --module bench/outside_programs.py
+        --module bench/evaluations/outside_programs.py
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="where to write (default: overwrite)")
     parser.add_argument("--module", action="append", default=[],
                         help="a file or module that registers families the rows use "
-                             "(e.g. bench/outside_programs.py); repeatable")
+                             "(e.g. bench/evaluations/outside_programs.py); repeatable")
     args = parser.parse_args(argv)
     # as in a measurement process: a GPU target lowers deviceless, on a machine whose
     # CUDA driver (if any) the plugin would otherwise refuse before jax starts

@@ -1,0 +1,163 @@
+"""On-device truth for the TPU model: the same programs compiled on a real TPU v5e chip and
+deviceless, beside the deviceless rows the sweeps measured here.
+
+The device machine has no corpus libraries, so programs travel as `jax.export` artifacts:
+`export` builds programs of the TPU sweep here, flattens their arguments and results to
+leaves (custom pytree nodes do not serialize), lowers them for platform `tpu` and writes
+the serialized modules with a manifest. `tpu_device_run.py` compiles them on the chip
+(the `device` tool) and writes JSON lines; `score` joins those rows to the sweep rows and
+the shipped TPU model, and reports the deviceless-to-device ratio, the reference
+program's spread on the TPU host, and the model's figures on the device.
+
+    python bench/evaluations/tpu_device.py export --rows SWEEP_DIR --out .tpu-artifacts [--n 100]
+    # on the device machine: python bench/evaluations/tpu_device_run.py .tpu-artifacts --out $OUT/rows.jsonl
+    python bench/evaluations/tpu_device.py score bench/data/tpu_device/*.jsonl --rows SWEEP_DIR \\
+        [--json bench/results/tpu_device.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import sys
+from pathlib import Path
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("EQX_ON_ERROR", "nan")  # Equinox's runtime checks use host callbacks
+
+
+def select(rows, n: int, seed: int = 0) -> list[int]:
+    """Indices of `n` ok rows spread over libraries and sizes: rows are sorted by their
+    deviceless seconds and taken at even steps within each library, real libraries first;
+    the result is shuffled so a run cut short loses a random part, not the largest."""
+    ok = rows[rows["status"] == "ok"].copy()
+    ok["lib"] = ok["library"].fillna("").replace("", "synthetic")
+    real = ok[ok["lib"] != "synthetic"]
+    share = {lib: max(1, round(n * 0.8 * len(group) / len(real)))
+             for lib, group in real.groupby("lib")}
+    share["synthetic"] = max(1, n - sum(share.values()))
+    picked = []
+    for lib, group in ok.groupby("lib"):
+        group = group.sort_values("compile_seconds")
+        take = min(share.get(lib, 0), len(group))
+        if take:
+            steps = [round(i * (len(group) - 1) / max(take - 1, 1)) for i in range(take)]
+            picked += [group.index[i] for i in sorted(set(steps))]
+    random.Random(seed).shuffle(picked)
+    return picked
+
+
+def export_programs(rows_dir: str, out: Path, n: int) -> None:
+    import jax
+    from jax import export
+
+    from costmodel.training import corpus
+    from costmodel.training.store import dataset
+
+    rows = dataset.load([rows_dir])
+    out.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for i, index in enumerate(select(rows, n)):
+        row = rows.loc[index]
+        spec = corpus.get_family(row["family"])
+        jax.config.update("jax_enable_x64", bool(spec.x64))
+        try:
+            fn, args = spec.build(**json.loads(row["params"]))
+            leaves, tree = jax.tree_util.tree_flatten(args)
+
+            def flat(*xs, fn=fn, tree=tree):
+                return jax.tree_util.tree_leaves(fn(*jax.tree_util.tree_unflatten(tree, xs)))
+
+            specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves]
+            blob = export.export(jax.jit(flat), platforms=["tpu"])(*specs).serialize()
+        except Exception as exc:  # not exportable (host callbacks, unstable custom calls)
+            print(f"skip {row['family']}: {type(exc).__name__}: {str(exc)[:120]}", file=sys.stderr)
+            continue
+        name = f"p{i:03d}"
+        (out / f"{name}.bin").write_bytes(blob)
+        entries.append({"name": name, "file": f"{name}.bin", "key": row["key"],
+                        "family": row["family"], "library": spec.library or "synthetic",
+                        "x64": bool(spec.x64),
+                        "here_s": float(row["compile_seconds"])})
+        print(f"{name} {row['family']} {row['compile_seconds']:.2f}s {len(blob) / 1e3:.0f} kB",
+              file=sys.stderr)
+    (out / "manifest.json").write_text(json.dumps({"programs": entries}, indent=1))
+
+
+def read_device_rows(paths) -> tuple[dict, list[dict]]:
+    env, rows = {}, []
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            record = json.loads(line)
+            if "environment" in record:
+                env = record["environment"]
+            else:
+                rows.append(record)
+    return env, rows
+
+
+def spread(values) -> dict:
+    values = sorted(values)
+    return {"n": len(values), "min": values[0], "median": statistics.median(values),
+            "max": values[-1]}
+
+
+def folds(predicted, measured) -> dict:
+    f = [max(p / m, m / p) for p, m in zip(predicted, measured)]
+    logs = [math.log(m / p) for p, m in zip(predicted, measured)]
+    f.sort()
+    return {"n": len(f), "median_fold": statistics.median(f),
+            "p90_fold": f[min(len(f) - 1, int(math.ceil(0.9 * len(f))) - 1)], "max_fold": f[-1],
+            "bias": math.exp(statistics.fmean(logs)),
+            "median_abs_log": statistics.median(abs(v) for v in logs)}
+
+
+def score(paths, rows_dir: str) -> dict:
+    """Deviceless (on the TPU host) over device; the sweep's deviceless seconds here over
+    device; and the reference program's spread on the host."""
+    from costmodel.training.store import dataset
+
+    env, device = read_device_rows(paths)
+    sweep = dataset.load([rows_dir]).set_index("key")
+    ok = [r for r in device if r.get("status") == "ok"]
+    host_ratio = [statistics.median(r["deviceless_s"]) / statistics.median(r["device_s"])
+                  for r in ok if r.get("deviceless_s")]
+    here_ratio = [sweep.loc[r["key"], "compile_seconds"] / statistics.median(r["device_s"])
+                  for r in ok if r["key"] in sweep.index]
+    refs = [s for r in ok for s in r["ref_device_s"]]
+    return {"environment": env, "programs": len(device), "ok": len(ok),
+            "errors": [r.get("message", "")[:200] for r in device if r.get("status") != "ok"],
+            "deviceless_over_device_on_host": spread(host_ratio) if host_ratio else None,
+            "sweep_here_over_device": spread(here_ratio) if here_ratio else None,
+            "reference_on_device_s": spread(refs) if refs else None,
+            "device_seconds": spread([statistics.median(r["device_s"]) for r in ok]) if ok else None}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("export")
+    p.add_argument("--rows", required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--n", type=int, default=100)
+    p = sub.add_parser("score")
+    p.add_argument("paths", nargs="+")
+    p.add_argument("--rows", required=True)
+    p.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if args.command == "export":
+        export_programs(args.rows, args.out, args.n)
+        return
+    result = score(args.paths, args.rows)
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

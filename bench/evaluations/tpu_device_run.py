@@ -1,0 +1,171 @@
+"""The on-chip half of `tpu_device.py`: compile exported programs on a real TPU and
+deviceless on the same host, interleaved with the reference program.
+
+It runs on the device machine, where costmodel is not installed: it needs only jax (with
+libtpu), flatbuffers and the harness's reference program (read from this tree by path).
+Each compile is a fresh `jax.jit` wrapper around the deserialized program, with the
+compilation cache off, and must fire exactly one backend compile. Rows are written to
+`--out` as they are measured, so a run cut by its time limit keeps what it finished.
+
+    python bench/evaluations/tpu_device_run.py ARTIFACTS_DIR --out rows.jsonl [--budget-s 480] [--skip N]
+        [--max-here-s S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import threading
+import time
+from importlib import metadata
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class PeakRss:
+    """Peak RSS growth over the span, sampled every 5 ms in a thread. In a process that
+    compiled before, freed memory is reused: a lower bound of a fresh process's growth."""
+
+    def __enter__(self):
+        self.base = self.peak = _rss()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, _rss())
+            time.sleep(0.005)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss())
+
+    @property
+    def growth(self) -> int:
+        return self.peak - self.base
+
+
+def _reference():
+    spec = importlib.util.spec_from_file_location(
+        "reference", HERE.parent / "training" / "corpus" / "reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.build_reference
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("artifacts")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--budget-s", type=float, default=480.0)
+    parser.add_argument("--skip", type=int, default=0)
+    parser.add_argument("--deviceless-below-s", type=float, default=15.0)
+    parser.add_argument("--max-here-s", type=float, default=None,
+                        help="leave out programs whose deviceless sweep time was longer")
+    args = parser.parse_args()
+    started = time.monotonic()
+
+    import jax
+    from jax import export
+    from jax.experimental import topologies
+    from jax.sharding import SingleDeviceSharding
+
+    jax.config.update("jax_enable_compilation_cache", False)
+    fired: list[float] = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda name, secs, **_: fired.append(secs) if name == BACKEND_COMPILE_EVENT else None)
+    chip = jax.devices()[0]
+    places = {"device": SingleDeviceSharding(chip),
+              "deviceless": SingleDeviceSharding(
+                  topologies.get_topology_desc(topology_name="v5e:2x2",
+                                               platform="tpu").devices[0])}
+    build_reference = _reference()
+
+    def compile_seconds(fn, avals, where, rss=False):
+        sharding = places[where]
+        specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding) for a in avals]
+        mark = len(fired)
+        lowered = jax.jit(fn).trace(*specs).lower()
+        with PeakRss() as peak:
+            t0 = time.perf_counter()
+            lowered.compile()
+            seconds = time.perf_counter() - t0
+        if len(fired) - mark != 1:
+            raise RuntimeError(f"expected one backend compile, saw {len(fired) - mark}")
+        return seconds, (peak.growth if rss else None)
+
+    def reference(where):
+        fn, avals = build_reference()
+        return compile_seconds(fn, avals, where)[0]
+
+    manifest = json.loads((Path(args.artifacts) / "manifest.json").read_text())
+    env = {"jax_version": jax.__version__, "libtpu_version": _version("libtpu"),
+           "device_kind": chip.device_kind, "host_cpu_count": os.cpu_count(),
+           "cpu_model": _cpu_model(), "hostname": platform.node()}
+    reference("device"), reference("deviceless")  # warm both compilers
+    with open(args.out, "a") as out:
+        out.write(json.dumps({"environment": env}) + "\n")
+        for entry in manifest["programs"][args.skip:]:
+            if time.monotonic() - started > args.budget_s:
+                break
+            if args.max_here_s is not None and entry["here_s"] > args.max_here_s:
+                continue
+            row = {"name": entry["name"], "key": entry["key"]}
+            try:
+                jax.config.update("jax_enable_x64", bool(entry["x64"]))
+                exported = export.deserialize(
+                    (Path(args.artifacts) / entry["file"]).read_bytes())
+                avals = exported.in_avals
+
+                def fresh():  # a new function object per compile: no tracing cache hit
+                    return lambda *a: exported.call(*a)
+
+                row["ref_device_s"] = [reference("device")]
+                first, rss = compile_seconds(fresh(), avals, "device", rss=True)
+                row["device_s"], row["device_rss_bytes"] = [first], rss
+                if first < 3.0:
+                    row["ref_device_s"].append(reference("device"))
+                    row["device_s"].append(compile_seconds(fresh(), avals, "device")[0])
+                if first < args.deviceless_below_s:
+                    row["ref_deviceless_s"] = [reference("deviceless")]
+                    row["deviceless_s"] = [compile_seconds(fresh(), avals, "deviceless")[0]]
+                row["status"] = "ok"
+            except Exception as exc:  # a program that fails here is a row, not a stop
+                row["status"], row["message"] = "error", f"{type(exc).__name__}: {exc}"[:400]
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+            print(json.dumps(row), flush=True)
+
+
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def _cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+if __name__ == "__main__":
+    main()
