@@ -36,3 +36,48 @@ def test_chip_of_a_topology():
     assert SMALLEST_TOPOLOGY["v5e"] == "v5e:2x2"  # v5e:1x1 is refused deviceless
     with pytest.raises(TpuTargetUnavailable, match="unknown TPU chip 'v4'"):
         chip_of("v4:2x2x1")
+
+
+def test_a_tpu_host_predicts_for_a_tpu(monkeypatch):
+    import jax
+
+    from costmodel._lowering import default_backend
+
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    assert default_backend() == "tpu"  # not the CPU model's answer dressed as the TPU's
+
+
+
+def _tpu_row(family: str, params: dict):
+    """The shipped TPU dataset's row of one program (deviceless, measured by the sweep)."""
+    import json
+    from pathlib import Path
+
+    import pandas as pd
+
+    rows = pd.read_parquet(Path(__file__).resolve().parents[1] / "training/data/tpu-v5e/rows.parquet")
+    return rows[rows["key"] == f"{family}|{json.dumps(params, sort_keys=True)}|tpu|v5e"].iloc[0]
+
+
+def test_float64_on_a_tpu_is_predicted_far_slower_than_on_the_cpu():
+    """XLA:TPU emulates float64: this program compiled in 24 s deviceless for a v5e against
+    0.06 s for the CPU. The TPU model must say so, never the CPU's number."""
+    import jax
+
+    import costmodel
+    from costmodel.training import corpus
+
+    params = {"grad": False, "kind": "transcendental", "stages": 8, "width": 16}
+    measured = _tpu_row("float64", params)["compile_seconds"]
+    spec = corpus.get_family("float64")
+    with jax.enable_x64(True):
+        stage = costmodel.lower(*_flat(*spec.build(**params)))
+        tpu, cpu = stage.predict(backend="tpu"), stage.predict(backend="cpu")
+    assert (tpu.backend, tpu.target) == ("tpu", "v5e")
+    assert 20 < measured < 30
+    assert measured / 2 < tpu.compile_seconds < measured * 2
+    assert tpu.compile_seconds > 20 * cpu.compile_seconds
+
+
+def _flat(fn, args):
+    return fn, *args

@@ -12,7 +12,7 @@ program's spread on the TPU host, and the model's figures on the device.
     python bench/evaluations/tpu_device.py export --rows SWEEP_DIR --out .tpu-artifacts [--n 100]
     # on the device machine: python bench/evaluations/tpu_device_run.py .tpu-artifacts --out $OUT/rows.jsonl
     python bench/evaluations/tpu_device.py score bench/data/tpu_device/*.jsonl --rows SWEEP_DIR \\
-        [--json bench/results/tpu_device.json]
+        [--predictions HELD_OUT.parquet] [--json bench/results/tpu_device.json]
 """
 
 from __future__ import annotations
@@ -137,6 +137,78 @@ def score(paths, rows_dir: str) -> dict:
             "device_seconds": spread([statistics.median(r["device_s"]) for r in ok]) if ok else None}
 
 
+def held_out(paths, rows_dir: str, predictions: str, cpu_rows: str,
+             split: str = "leave_library_out") -> dict:
+    """The TPU model's held-out predictions (`split`, from `costmodel.training.build
+    --predictions-out`) scored against the chip: each prediction scaled by the reference
+    program's speed on the TPU host over here (as `costmodel calibrate` scales a CPU
+    model), beside two baselines scored the same way: the op-count power law fitted on the
+    same folds, and the program's measured CPU compile times one constant (fitted on the
+    other device programs, one left out at a time)."""
+    import pandas as pd
+
+    from costmodel.training.store import dataset
+
+    _, device = read_device_rows(paths)
+    ok = [r for r in device if r.get("status") == "ok"]
+    sweep = dataset.load([rows_dir]).set_index("key")
+    pred = pd.read_parquet(predictions)
+    pred = pred[pred["split"] == split]
+    scale = statistics.median(s for r in ok for s in r["ref_device_s"]) / statistics.median(
+        sweep.loc[[r["key"] for r in ok if r["key"] in sweep.index], "ref_seconds"])
+    cpu = dataset.load([cpu_rows])
+    cpu = cpu[cpu["status"] == "ok"]
+    cpu_s = dict(zip(cpu["family"] + "|" + cpu["params"], cpu["compile_seconds"]))
+
+    def point(model, target, key):
+        hit = pred[(pred["model"] == model) & (pred["target"] == target) & (pred["key"] == key)]
+        return None if hit.empty else hit.iloc[0]
+
+    out = {"split": split, "reference_scale": scale}
+    rows = []
+    for r in ok:
+        measured = statistics.median(r["device_s"])
+        ours, law = point("costmodel", "compile_seconds", r["key"]), point(
+            "power_law", "compile_seconds", r["key"])
+        memory = point("costmodel", "peak_rss_bytes", r["key"])
+        family, params = r["key"].split("|")[:2]
+        if ours is None or law is None:
+            continue
+        rows.append({"key": r["key"], "measured": measured, "ours": ours["point"] * scale,
+                     "lo": ours["lo"] * scale, "hi": ours["hi"] * scale,
+                     "law": law["point"] * scale, "cpu": cpu_s.get(f"{family}|{params}"),
+                     "rss": r.get("device_rss_bytes"),
+                     "rss_pred": None if memory is None else memory["point"]})
+    measured = [r["measured"] for r in rows]
+    out["costmodel"] = folds([r["ours"] for r in rows], measured)
+    out["costmodel"]["coverage"] = statistics.fmean(
+        r["lo"] <= r["measured"] <= r["hi"] for r in rows)
+    out["costmodel"]["spearman"] = _spearman([r["ours"] for r in rows], measured)
+    out["power_law"] = folds([r["law"] for r in rows], measured)
+    with_cpu = [r for r in rows if r["cpu"]]
+    logs = [math.log(r["measured"] / r["cpu"]) for r in with_cpu]
+    loo = [r["cpu"] * math.exp((sum(logs) - v) / (len(logs) - 1)) for r, v in zip(with_cpu, logs)]
+    out["cpu_times_constant"] = folds(loo, [r["measured"] for r in with_cpu])
+    big = [r for r in rows if r["rss"] and r["rss_pred"] and r["rss"] > 50e6]
+    out["host_rss_over_50MB"] = folds([r["rss_pred"] for r in big], [r["rss"] for r in big]) \
+        if big else None
+    out["rows"] = rows
+    return out
+
+
+def _spearman(a, b) -> float:
+    def ranks(v):
+        order = sorted(range(len(v)), key=v.__getitem__)
+        r = [0.0] * len(v)
+        for i, j in enumerate(order):
+            r[j] = float(i)
+        return r
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = statistics.fmean(ra), statistics.fmean(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    return cov / math.sqrt(sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -148,11 +220,17 @@ def main() -> None:
     p.add_argument("paths", nargs="+")
     p.add_argument("--rows", required=True)
     p.add_argument("--json", type=Path)
+    p.add_argument("--predictions", help="held-out predictions (build --predictions-out)")
+    p.add_argument("--cpu-rows", default="training/data/cpu/rows.parquet")
     args = parser.parse_args()
     if args.command == "export":
         export_programs(args.rows, args.out, args.n)
         return
     result = score(args.paths, args.rows)
+    if args.predictions:
+        for split in ("leave_library_out", "leave_family_out"):
+            result[split] = held_out(args.paths, args.rows, args.predictions, args.cpu_rows,
+                                     split)
     text = json.dumps(result, indent=1)
     print(text)
     if args.json:
