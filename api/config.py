@@ -19,6 +19,8 @@ ENV = {
     "RETRAIN_DIR": "COSTMODEL_RETRAIN_DIR",
     "DATABASE_URL": "COSTMODEL_DATABASE_URL",
     "RETRAIN_RUNNER": "COSTMODEL_RETRAIN_RUNNER",
+    "MAX_REQUESTS": "COSTMODEL_MAX_REQUESTS",
+    "MAX_REQUESTS_JITTER": "COSTMODEL_MAX_REQUESTS_JITTER",
 }
 RUNNERS = ("thread", "worker")
 _CACHE = Path("~/.cache/costmodel")
@@ -48,6 +50,11 @@ def defaults() -> dict[str, Any]:
         "MODEL_SYNC_SECONDS": 2.0,      # how often a worker looks for models promoted elsewhere
         "RETRAIN_RUNNER": "thread",     # "thread": in the web worker; "worker": retrain-worker
         "RETRAIN_STALE_SECONDS": 60.0,  # a running job silent this long has lost its process
+        # A worker is replaced after this many requests (0: never), give or take the jitter
+        # (so workers do not restart together): what MLIR keeps of each request's attributes
+        # for the life of its context is returned with the process.
+        "MAX_REQUESTS": 1000,
+        "MAX_REQUESTS_JITTER": 100,
     }
 
 
@@ -94,6 +101,11 @@ def load_config(config: Mapping[str, Any] | None = None,
         raise ValueError("MODEL_SYNC_SECONDS must be >= 0")
     if not float(merged["RETRAIN_STALE_SECONDS"]) > 0:
         raise ValueError("RETRAIN_STALE_SECONDS must be > 0")
+    for key in ("MAX_REQUESTS", "MAX_REQUESTS_JITTER"):
+        merged[key] = _count(key, merged[key])
+    if merged["MAX_REQUESTS_JITTER"] > merged["MAX_REQUESTS"]:
+        raise ValueError(f"MAX_REQUESTS_JITTER ({merged['MAX_REQUESTS_JITTER']}) must not "
+                         f"exceed MAX_REQUESTS ({merged['MAX_REQUESTS']})")
     if merged["RETRAIN_RUNNER"] not in RUNNERS:
         raise ValueError(f"RETRAIN_RUNNER must be one of {RUNNERS}, not {merged['RETRAIN_RUNNER']!r}")
     if merged["MODEL_PATHS"] is not None:
@@ -122,6 +134,15 @@ def _database_url(url: Any, samples_db: Path):
     if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed
+
+
+def _count(key: str, value: Any) -> int:
+    """A non-negative integer; from the environment it arrives as its decimal text."""
+    if isinstance(value, str) and value.strip().isdecimal():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{key} must be an integer >= 0, not {value!r}")
+    return value
 
 
 def _token(key: str, token: Any) -> str | None:

@@ -11,6 +11,7 @@ defaults (fsync on, synchronous commit) already do.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import zlib
 from collections.abc import Iterator
@@ -25,6 +26,20 @@ _EXCLUSIVE = "costmodel_exclusive"
 # One application-wide lock on PostgreSQL, for read-then-write sequences (one job at a
 # time, claiming a job, migrating): what BEGIN IMMEDIATE is on SQLite.
 _LOCK_KEY = zlib.crc32(b"costmodel.api.store")
+# The ids the store hands out are lowercase hex (uuid4); anything else names no row.
+_ID = re.compile(r"[0-9a-f]{1,64}")
+
+
+def well_formed_id(value: str) -> bool:
+    """Whether `value` can be an id the store made. Asked before any query: PostgreSQL
+    refuses a NUL in a text parameter with an error, where SQLite just finds nothing."""
+    return isinstance(value, str) and _ID.fullmatch(value) is not None
+
+
+def shown_id(value: str) -> str:
+    """An id from a URL, quoted for an error message and cut short."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 class Database:

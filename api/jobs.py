@@ -26,7 +26,7 @@ from typing import Any
 import sqlalchemy as sa
 from werkzeug.exceptions import Conflict
 
-from .db import Database
+from .db import Database, well_formed_id
 from .tables import jobs, promotions
 
 STATUSES = ("queued", "running", "succeeded", "failed", "rejected")
@@ -161,6 +161,8 @@ class JobStore:
     def get(self, job_id: str) -> dict[str, Any] | None:
         """The job as the API reports it, or None. A job whose process is gone is failed
         here and reported so, though no worker is left to claim jobs and notice."""
+        if not well_formed_id(job_id):
+            return None
         query = sa.select(jobs).where(jobs.c.id == job_id)
         with self.db.connect() as conn:
             row = conn.execute(query).first()

@@ -16,6 +16,7 @@ from flask import Blueprint, current_app, request, url_for
 from werkzeug.exceptions import NotFound
 
 from .auth import require_token
+from .db import shown_id
 from .errors import json_object
 from .validation import parse
 
@@ -71,5 +72,5 @@ def job_status(job_id: str):
     authorize()
     job = current_app.extensions["costmodel"].jobs.get(job_id)
     if job is None:
-        raise NotFound(f"no retrain job with id {job_id!r}")
+        raise NotFound(f"no retrain job with id {shown_id(job_id)}")
     return job

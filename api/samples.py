@@ -20,7 +20,7 @@ from costmodel.features import ALL_FEATURES, Features
 from costmodel.training.store import dataset
 
 from .auth import require_token
-from .db import Database
+from .db import Database, shown_id, well_formed_id
 from .errors import ValidationError, json_object
 from .sample_schemas import MAX_SAMPLE_FEATURE, MEMORY_MARGIN, ROW_ENVIRONMENT
 from .tables import samples
@@ -67,6 +67,8 @@ class SampleStore:
             return int(conn.execute(sa.select(sa.func.count()).select_from(samples)).scalar())
 
     def get(self, sample_id: str) -> dict[str, Any] | None:
+        if not well_formed_id(sample_id):
+            return None
         with self.db.connect() as conn:
             row = conn.execute(sa.select(samples).where(samples.c.id == sample_id)).first()
         return None if row is None else _decoded(row)
@@ -155,6 +157,6 @@ def get_sample(sample_id: str):
     store: SampleStore = current_app.extensions["costmodel"].samples
     sample = store.get(sample_id)
     if sample is None:
-        raise NotFound(f"no sample with id {sample_id!r}")
+        raise NotFound(f"no sample with id {shown_id(sample_id)}")
     labels = {api: sample.pop(stored) for api, stored in API_LABELS.items()}
     return {**sample, **labels}

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
@@ -42,6 +43,11 @@ MAX_FEATURE_VALUE = 1e30
 MAX_BUDGET_SECONDS = 7 * 24 * 3600.0
 # the models whose missing and unknown fields are reported as features
 FEATURE_VECTORS = ("FeatureVector", "SampleFeatureVector")
+
+# What a feature vector says of the machine it came from; 0 CPUs is what text-only
+# features (no machine) carry.
+MAX_HOST_CPU_COUNT = 100_000
+MAX_VERSION_LENGTH = 64
 
 # Strict: a number is a number (not "1" or true), a string a string.
 CONFIG = ConfigDict(extra="forbid", strict=True, protected_namespaces=())
@@ -92,6 +98,16 @@ def placement(backend: str | None, target: str | None, where: str = "") -> tuple
                          f"{known_targets_text()}") from None
 
 
+def _integer(value: Any) -> Any:
+    # A literal compares by equality, so 17.0 would pass for 17.
+    if isinstance(value, float):
+        raise field_error(f"must be an integer, got {value!r}")
+    return value
+
+
+SchemaVersion = Annotated[Literal[SCHEMA_VERSION], BeforeValidator(_integer)]
+
+
 class _Vector(BaseModel):
     model_config = CONFIG
 
@@ -113,9 +129,10 @@ def feature_vector_model(name: str, maximum: float) -> type[_Vector]:
         __doc__="What Features.to_dict() gives: its schema_version must be this server's; "
                 "its backend and target, when given, the request's. Every StableHLO "
                 "feature is required, jaxpr ones may be null or left out.",
-        schema_version=(Literal[SCHEMA_VERSION], ...), backend=(Backend, None),
-        target=(Target, None), jaxlib_version=(str | None, None),
-        host_cpu_count=(Annotated[int, Field(ge=0)] | None, None), **features)
+        schema_version=(SchemaVersion, ...), backend=(Backend, None), target=(Target, None),
+        jaxlib_version=(Annotated[str, Field(max_length=MAX_VERSION_LENGTH)] | None, None),
+        host_cpu_count=(Annotated[int, Field(ge=0, le=MAX_HOST_CPU_COUNT)] | None, None),
+        **features)
 
 
 FeatureVector = feature_vector_model("FeatureVector", MAX_FEATURE_VALUE)

@@ -70,6 +70,31 @@ def _known_settings() -> set[str]:
     return {setting.name for setting in KNOWN_SETTINGS}
 
 
+def gunicorn_settings(host: str, port: int, workers: int, threads: int,
+                      config: Mapping[str, Any] | None = None, **options: Any) -> dict[str, Any]:
+    """The gunicorn settings `serve` runs with; `options` override the computed ones.
+
+    Worker recycling (`max_requests`, `max_requests_jitter`) comes from the service
+    configuration (MAX_REQUESTS, MAX_REQUESTS_JITTER), checked here before any worker starts.
+    """
+    from .config import load_config
+
+    if workers < 1 or threads < 1:
+        raise ValueError(f"workers and threads must be >= 1, not {workers} and {threads}")
+    service = load_config(config)
+    settings = {"bind": f"{host}:{port}", "workers": workers, "threads": threads,
+                "worker_class": "costmodel.api.worker.ServiceWorker",
+                "proc_name": "costmodel-api", "timeout": 60, "graceful_timeout": 10,
+                "max_requests": service["MAX_REQUESTS"],
+                "max_requests_jitter": service["MAX_REQUESTS_JITTER"]}
+    if "control_socket_disable" in _known_settings():
+        # gunicorn >= 25.1 opens a runtime-control socket at one fixed path per user, which
+        # two services on a host would fight over; nothing here uses it.
+        settings["control_socket_disable"] = True
+    settings.update(options)
+    return settings
+
+
 def serve(host: str = "127.0.0.1", port: int = 8000, workers: int = 2,
           config: Mapping[str, Any] | None = None, threads: int = DEFAULT_THREADS,
           read_timeout: float = DEFAULT_READ_TIMEOUT, **options: Any) -> None:
@@ -89,18 +114,9 @@ def serve(host: str = "127.0.0.1", port: int = 8000, workers: int = 2,
     Example:
         >>> serve("127.0.0.1", 8000, workers=2, config={"SAMPLES_DB": "/var/lib/cm.sqlite3"})
     """
-    if workers < 1 or threads < 1:
-        raise ValueError(f"workers and threads must be >= 1, not {workers} and {threads}")
     if not read_timeout > 0:
         raise ValueError(f"read_timeout must be > 0 seconds, not {read_timeout}")
+    settings = gunicorn_settings(host, port, workers, threads, config, **options)
     # For libraries a worker loads later than create_app (inherited through the fork).
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    settings = {"bind": f"{host}:{port}", "workers": workers, "threads": threads,
-                "worker_class": "costmodel.api.worker.ServiceWorker",
-                "proc_name": "costmodel-api", "timeout": 60, "graceful_timeout": 10}
-    if "control_socket_disable" in _known_settings():
-        # gunicorn >= 25.1 opens a runtime-control socket at one fixed path per user, which
-        # two services on a host would fight over; nothing here uses it.
-        settings["control_socket_disable"] = True
-    settings.update(options)
     _Server(settings, config, read_timeout).run()

@@ -122,12 +122,25 @@ def _group_text(group: list) -> str:
     return f"{path}: {detail}" if path else detail
 
 
+# Unknown names echoed back: a body may hold 100k of them, or one of a megabyte.
+MAX_NAMES_SHOWN = 5
+MAX_NAME_SHOWN = 64
+
+
+def _names(names: list) -> str:
+    """The first few names, each cut short, and how many more there are."""
+    shown = [str(name) if len(str(name)) <= MAX_NAME_SHOWN
+             else str(name)[:MAX_NAME_SHOWN - 3] + "..." for name in sorted(names)[:MAX_NAMES_SHOWN]]
+    more = len(names) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more else "")
+
+
 def _list_text(kind: str, names: list, where: list, parent: dict[str, Any]) -> str:
     here = _path(where)
     if kind == "extra_forbidden":
         if parent.get("title") in FEATURE_VECTORS:
-            return f"{here}: unknown feature name(s): {', '.join(sorted(names)[:20])}"
-        return (f"{here + '.' if here else ''}unknown field(s): {', '.join(sorted(names))}; "
+            return f"{here}: unknown feature name(s): {_names(names)}"
+        return (f"{here + '.' if here else ''}unknown field(s): {_names(names)}; "
                 f"allowed: {', '.join(parent.get('properties', {}))}")
     return f"{here}: missing {len(names)} required feature(s): {', '.join(names)}"
 

@@ -2,16 +2,31 @@
 
 The parser recurses once per nested region, attribute or type and overflows the C stack
 (a segfault, not an exception) a few thousand levels down, and it cannot take text that
-is not valid Unicode. Both the library and the HTTP service refuse such text here, so a
-request body of any size is checked in one vectorized pass.
+is not valid Unicode. Its affine-expression parser also recurses once per unary minus or
+`+` term, so a flat 40 KB `affine_map` crashes it too. Both the library and the HTTP
+service refuse such text here, so a request body of any size is checked in linear time.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 
 # Real modules nest well under 50 levels.
 MAX_NESTING = 256
+# Most `+`/`-` signs in one run (whitespace between them allowed) outside strings; StableHLO
+# writes at most one in a row (`-1`, `->`), so this only bounds what the parser may recurse on.
+MAX_OPERATOR_RUN = 64
+
+# affine maps and integer sets: the only input whose expressions the parser recurses on
+# term by term. JAX never writes them (StableHLO has no affine types); a name such as
+# `%affine_map` or `@affine_set` is not the keyword.
+_AFFINE = re.compile(rb"(?<![\w$.%@#!^-])affine_(?:map|set)\s*<")
+_OPERATOR = np.zeros(256, np.int8)
+_OPERATOR[list(b"+-")] = 1
+_BLANK = np.zeros(256, bool)
+_BLANK[list(b" \t\r\n")] = True
 
 _BRACKET_STEP = np.zeros(256, np.int8)
 _BRACKET_STEP[list(b"{([<")] = 1
@@ -80,6 +95,35 @@ def check_module_text(text: str) -> None:
     nul = text.find("\0")
     if nul >= 0:
         raise RefusedText(f"contains a NUL character at position {nul}")
-    depth = _depth(np.frombuffer(encoded, np.uint8))  # encoded once, for both checks
+    codes = np.frombuffer(encoded, np.uint8)  # encoded once, for every check
+    depth = _depth(codes)
     if depth > MAX_NESTING:
         raise RefusedText(f"nests {depth} levels deep; at most {MAX_NESTING} are accepted")
+    quotes = _unescaped_quotes(codes)
+    in_string = (None if quotes is None
+                 else (np.cumsum(quotes, dtype=np.int32) & 1).astype(bool) | quotes)
+    for match in _AFFINE.finditer(encoded):
+        if in_string is None or not in_string[match.start()]:
+            keyword = match.group().split(b"<")[0].strip().decode()
+            raise RefusedText(f"holds an {keyword} at byte {match.start()}; affine maps and "
+                              "sets are not StableHLO and are not accepted")
+    run = longest_operator_run(codes, in_string)
+    if run > MAX_OPERATOR_RUN:
+        raise RefusedText(f"holds a run of {run} +/- signs; at most {MAX_OPERATOR_RUN} "
+                          "in a row are accepted")
+
+
+def longest_operator_run(codes: np.ndarray, in_string: np.ndarray | None = None) -> int:
+    """Most `+`/`-` signs in a row, whitespace between them allowed, outside strings."""
+    operator = _OPERATOR[codes]
+    if not operator.any():
+        return 0
+    if in_string is not None:
+        operator = operator * ~in_string
+    # Any other byte, or any byte inside a string, ends a run.
+    ends = ~(operator.astype(bool) | _BLANK[codes])
+    if in_string is not None:
+        ends |= in_string
+    counted = np.concatenate(([0], np.cumsum(operator, dtype=np.int64)))
+    cuts = np.concatenate(([0], np.flatnonzero(ends) + 1, [codes.size]))
+    return int(np.diff(counted[cuts]).max(initial=0))

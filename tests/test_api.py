@@ -246,6 +246,32 @@ CASES = {
                            "unknown field(s): backend; allowed: instances"),
     "two problems": ({"stablehlo": 1, "backend": 2}, 400, BAD,
                      "stablehlo: must be a string, not a number (and 1 more problem)"),
+    "affine map": ({"stablehlo": "module attributes {x.m = affine_map<(d0) -> (" + "- " * 20000
+                    + "d0)>} {}"}, 400, BAD, "stablehlo: holds an affine_map at byte 25; affine "
+                   "maps and sets are not StableHLO and are not accepted"),
+    "affine map of 200k terms": ({"stablehlo": "#m = affine_map<(d0) -> (d0" + " + d0" * 200_000
+                                  + ")>\nmodule {}"}, 400, BAD, "stablehlo: holds an affine_map "
+                                 "at byte 5; affine maps and sets are not StableHLO and are not "
+                                 "accepted"),
+    "schema_version a float": (feature_body(schema_version=float(SCHEMA_VERSION)), 400, BAD,
+                               f"features.schema_version: must be an integer, got "
+                               f"{float(SCHEMA_VERSION)}"),
+    "host_cpu_count huge": (feature_body(host_cpu_count=10**400), 400, BAD,
+                            "features.host_cpu_count: must be an integer from 0 to 100000, got "
+                            + repr(10**400)[:37] + "..."),
+    "host_cpu_count negative": (feature_body(host_cpu_count=-1), 400, BAD,
+                                "features.host_cpu_count: must be an integer from 0 to 100000, "
+                                "got -1"),
+    "jaxlib_version 5 MB": (feature_body(jaxlib_version="0" * 5 * 2**20), 400, BAD,
+                            f"features.jaxlib_version: at most 64 characters, got {5 * 2**20}"),
+    "many unknown fields": ({"stablehlo": "x", **{f"k{i:05d}" + "x" * 2**20 * (i == 0): 1
+                                                  for i in range(7)}}, 400, BAD,
+                            "unknown field(s): k00000" + "x" * 55 + "..., k00001, k00002, "
+                            "k00003, k00004 and 2 more; allowed: stablehlo, features, backend, "
+                            "target"),
+    "many unknown features": (feature_body(**{f"f{i:06d}": 1 for i in range(1000)}), 400, BAD,
+                              "features: unknown feature name(s): f000000, f000001, f000002, "
+                              "f000003, f000004 and 995 more"),
     "vector of another place": ({"features": {**feature_body()["features"], "backend": "ipu"}},
                                 400, BAD, f"features.unknown backend 'ipu'; known backends: "
                                 f"cpu, gpu, tpu; known backend/target pairs: {PAIRS}"),
@@ -415,10 +441,34 @@ def test_config_from_environment_and_mapping(tmp_path):
 
 @pytest.mark.parametrize("bad", [{"MAX_CONTENT_LENGTH": 0}, {"RETRAIN_TOKEN": " "},
                                  {"MODEL_PATHS": {("ipu", ""): "/m"}},
-                                 {"HOLDOUT_FRACTION": 1.0}])
+                                 {"HOLDOUT_FRACTION": 1.0}, {"MAX_REQUESTS": -1},
+                                 {"MAX_REQUESTS": "many"}, {"MAX_REQUESTS_JITTER": 1.5},
+                                 {"MAX_REQUESTS": 10, "MAX_REQUESTS_JITTER": 11}])
 def test_bad_config_is_refused(bad):
     with pytest.raises(ValueError):
         load_config(bad, {})
+
+
+def test_workers_are_recycled_as_configured(tmp_path, monkeypatch):
+    # MLIR keeps every distinct attribute a request brought for its context's life; a
+    # recycled worker returns that memory.
+    from costmodel.api.serve import _Server, gunicorn_settings
+
+    monkeypatch.delenv("COSTMODEL_MAX_REQUESTS", raising=False)
+    monkeypatch.delenv("COSTMODEL_MAX_REQUESTS_JITTER", raising=False)
+    where = {"SAMPLES_DB": tmp_path / "s.sqlite3"}
+    cfg = _Server(gunicorn_settings("127.0.0.1", 0, 2, 4, where), where, 10.0).cfg
+    assert (cfg.max_requests, cfg.max_requests_jitter, cfg.workers) == (1000, 100, 2)
+    monkeypatch.setenv("COSTMODEL_MAX_REQUESTS", "500")
+    monkeypatch.setenv("COSTMODEL_MAX_REQUESTS_JITTER", "7")
+    cfg = _Server(gunicorn_settings("127.0.0.1", 0, 2, 4, where), where, 10.0).cfg
+    assert (cfg.max_requests, cfg.max_requests_jitter) == (500, 7)
+    settings = gunicorn_settings("127.0.0.1", 0, 1, 1, {**where, "MAX_REQUESTS": 0,
+                                                        "MAX_REQUESTS_JITTER": 0})
+    assert (settings["max_requests"], settings["max_requests_jitter"]) == (0, 0)
+    with pytest.raises(ValueError, match="MAX_REQUESTS_JITTER \\(7\\) must not exceed "
+                                         "MAX_REQUESTS \\(5\\)"):
+        gunicorn_settings("127.0.0.1", 0, 1, 1, {**where, "MAX_REQUESTS": 5})
 
 
 # -- the OpenAPI document -------------------------------------------------------------------

@@ -206,3 +206,21 @@ def test_samples_token_from_the_environment_and_distinct_from_retrain():
         load_config({"SAMPLES_TOKEN": "same", "RETRAIN_TOKEN": "same"}, {})
     with pytest.raises(ValueError, match="SAMPLES_TOKEN must be a non-empty string"):
         load_config({"SAMPLES_TOKEN": " "}, {})
+
+
+@pytest.mark.parametrize("path, what", [("/v1/samples/", "sample"),
+                                        ("/v1/retrain/", "retrain job")])
+def test_ids_the_store_never_made_are_404_without_a_query(client, app, monkeypatch, path, what):
+    # PostgreSQL answered a NUL in an id with a DataError (500); SQLite found nothing.
+    state = app.extensions["costmodel"]
+
+    def no_query(*args, **kwargs):
+        raise AssertionError("the store was queried")
+
+    monkeypatch.setattr(state.samples.db, "connect", no_query)
+    monkeypatch.setattr(state.jobs.db, "connect", no_query)
+    headers = bearer(SAMPLES_TOKEN if what == "sample" else TOKEN)
+    for sent, shown in (("%00", "'\\x00'"), ("ABC", "'ABC'"), ("a" * 65, "'" + "a" * 36 + "..."),
+                        ("%E2%80%8B", "'\\u200b'")):
+        response = client.get(path + sent, headers=headers)
+        assert response.json == error(404, "Not Found", f"no {what} with id {shown}")

@@ -11,7 +11,7 @@ from jax import lax
 
 from costmodel import features as F
 from costmodel.features.constant_folding import EVALUATOR_SHARE
-from costmodel.features.text_guard import nesting_depth
+from costmodel.features.text_guard import longest_operator_run, nesting_depth
 
 X = jax.ShapeDtypeStruct((8, 8), jnp.float32)
 
@@ -309,6 +309,39 @@ def test_nesting_guard_is_linear_on_escaped_quotes():
 def test_text_the_parser_cannot_take_is_refused(text, message):
     with pytest.raises(F.RefusedText, match=message):
         F.from_stablehlo(text)
+
+
+AFFINE_UNARY = ("module attributes {x.m = affine_map<(d0) -> (" + "- " * 20000 + "d0)>} {\n"
+                "func.func @main(%a: tensor<f32>) -> tensor<f32> {\n  return %a : tensor<f32>\n}\n}")
+AFFINE_TERMS = AFFINE_UNARY.replace("- " * 20000, "d0" + " + d0" * 200_000 + " + ")
+
+
+@pytest.mark.parametrize("text, message", [
+    # each crashed the MLIR parser (C stack overflow, SIGSEGV) before the guard refused it
+    (AFFINE_UNARY, "holds an affine_map at byte 25; affine maps and sets are not StableHLO"),
+    (AFFINE_TERMS, "holds an affine_map at byte 25"),
+    (AFFINE_UNARY.replace("affine_map<", "affine_set <"), "holds an affine_set at byte 25"),
+    (AFFINE_UNARY.replace("affine_map<(d0) -> (", "dense<"), "holds a run of 20000 \\+/- signs; "
+     "at most 64 in a row are accepted"),
+], ids=["unary minuses", "200k terms", "affine_set", "sign run"])
+def test_affine_maps_and_operator_runs_are_refused_before_the_parser_sees_them(text, message):
+    start = time.perf_counter()
+    with pytest.raises(F.RefusedText, match=message):
+        F.from_stablehlo(text)
+    assert time.perf_counter() - start < 0.5
+
+
+def test_the_affine_guard_spares_names_strings_and_signs():
+    text = jax.jit(lambda x: -jnp.negative(x) + 1.0).lower(X).as_text()
+    # a string attribute and an SSA name may spell the keyword; a few signs are fine
+    text = text.replace("attributes {", 'attributes {x.s = "affine_map<(d0) -> (' + "- " * 100
+                        + 'd0)>", ', 1)
+    text = text.replace("%arg0", "%affine_map")
+    assert "affine_map" in text
+    feats = F.from_stablehlo(text)
+    assert feats["hlo_ops"] == F.from_stablehlo(jax.jit(lambda x: -jnp.negative(x) + 1.0).lower(X)
+                                                .as_text())["hlo_ops"]
+    assert longest_operator_run(np.frombuffer(b"x = - - -1 -> +\n+ - y", np.uint8)) == 3
 
 
 @pytest.mark.parametrize("element, width", [("f64", 8), ("f32", 4), ("bf16", 2), ("f8E4M3FN", 1),
