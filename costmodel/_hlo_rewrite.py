@@ -123,29 +123,27 @@ def _io(block_ops) -> tuple[list, list]:
 
 
 def _scan_once(text: str, min_repeats: int) -> ScannedText | None:
-    from costmodel.features.extract import _PARSE_LOCK
     from costmodel.features.stablehlo import _context, parse_module
     from costmodel.features.stablehlo.parse import entry_function, functions
 
-    with _PARSE_LOCK:
-        module = parse_module(text, check=False)
-        funcs = functions(module)
-        main = funcs[entry_function(funcs)]
-        if len(main.regions[0].blocks) != 1:
+    module = parse_module(text, check=False)
+    funcs = functions(module)
+    main = funcs[entry_function(funcs)]
+    if len(main.regions[0].blocks) != 1:
+        return None
+    name = next(f"{SCAN_BODY}{n or ''}" for n in range(len(funcs) + 1)
+                if f"{SCAN_BODY}{n or ''}" not in funcs)
+    body = main.regions[0].blocks[0]
+    ops = [view.operation for view in body.operations][:-1]  # the return stays
+    size, repeats, start = _find_run(ops, list(body.arguments))
+    if repeats < min_repeats:
+        return None
+    blocks = [ops[start + k * size: start + (k + 1) * size] for k in range(repeats)]
+    with _context(), _location():
+        if not _rewrite_run(module, main, blocks, name):
             return None
-        name = next(f"{SCAN_BODY}{n or ''}" for n in range(len(funcs) + 1)
-                    if f"{SCAN_BODY}{n or ''}" not in funcs)
-        body = main.regions[0].blocks[0]
-        ops = [view.operation for view in body.operations][:-1]  # the return stays
-        size, repeats, start = _find_run(ops, list(body.arguments))
-        if repeats < min_repeats:
-            return None
-        blocks = [ops[start + k * size: start + (k + 1) * size] for k in range(repeats)]
-        with _context(), _location():
-            if not _rewrite_run(module, main, blocks, name):
-                return None
-            module.operation.verify()  # raises for a module the rewrite left invalid
-            return ScannedText(module.operation.get_asm(), repeats, size)
+        module.operation.verify()  # raises for a module the rewrite left invalid
+        return ScannedText(module.operation.get_asm(), repeats, size)
 
 
 def _location():
@@ -388,20 +386,18 @@ def inner_jit_texts(text: str) -> tuple[list[tuple[str, str]], str | None]:
     """The programs compiled when each user jit the entry function calls is jitted on its
     own: [(name, module text)] for the distinct ones, and the glue around them (None when
     the entry calls nothing else), as `_rewrite.inner_jit_parts` makes them from a jaxpr."""
-    from costmodel.features.extract import _PARSE_LOCK
     from costmodel.features.stablehlo import parse_module
     from costmodel.features.stablehlo.parse import entry_function, functions
 
-    with _PARSE_LOCK:
-        module = parse_module(text, check=False)  # held: its functions live as long as it
-        funcs = functions(module)
-        entry = entry_function(funcs)
-        calls, rest = _entry_calls(funcs, entry)
-        names = list(dict.fromkeys(_callee(op) for op in calls))
-        if not names:
-            return [], None
-        parts = [(name, _part(text, name)) for name in names]
-        return parts, (_glue(text) if rest else None)
+    module = parse_module(text, check=False)  # held: its functions live as long as it
+    funcs = functions(module)
+    entry = entry_function(funcs)
+    calls, rest = _entry_calls(funcs, entry)
+    names = list(dict.fromkeys(_callee(op) for op in calls))
+    if not names:
+        return [], None
+    parts = [(name, _part(text, name)) for name in names]
+    return parts, (_glue(text) if rest else None)
 
 
 def _prune(module, entry: str) -> None:

@@ -163,8 +163,8 @@ def test_malformed_stablehlo_raises_named_error(bad):
 
 def test_unknown_backend_and_target_are_rejected_with_known_ones_listed():
     text = jax.jit(jnp.sin).lower(X).as_text()
-    with pytest.raises(F.UnknownTargetError, match="cpu, gpu"):
-        F.from_stablehlo(text, backend="tpu")
+    with pytest.raises(F.UnknownTargetError, match="cpu, gpu, tpu"):
+        F.from_stablehlo(text, backend="ipu")
     with pytest.raises(F.UnknownTargetError, match="h100"):
         F.from_stablehlo(text, backend="gpu", target="v100")
     assert F.from_stablehlo(text, backend="gpu").target == "h100"
