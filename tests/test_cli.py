@@ -172,7 +172,8 @@ def test_serve_passes_each_model_for_its_backend(monkeypatch, tmp_path):
     shutil.copytree(default_path("cpu"), mine)
     assert cli.main(["serve", "--port", "0", "--model", str(mine)]) == 0
     assert seen["config"]["MODEL_PATHS"] == {("cpu", ""): mine,
-                                             ("gpu", "h100"): default_path("gpu", "h100")}
+                                             ("gpu", "h100"): default_path("gpu", "h100"),
+                                             ("tpu", "v5e"): default_path("tpu", "v5e")}
     assert cli.main(["serve", "--port", "0"]) == 0 and seen["config"] is None
     assert "threads" not in seen and "read_timeout" not in seen  # serve()'s defaults
     assert cli.main(["serve", "--port", "0", "--threads", "8", "--read-timeout", "2.5"]) == 0

@@ -54,8 +54,8 @@ CREATE TABLE jobs (id TEXT PRIMARY KEY, status TEXT NOT NULL, progress REAL NOT 
     pid INTEGER NOT NULL, created_at TEXT NOT NULL, finished_at TEXT);
 CREATE TABLE promotions (id INTEGER PRIMARY KEY AUTOINCREMENT, backend TEXT NOT NULL,
     target TEXT NOT NULL, path TEXT NOT NULL, job TEXT NOT NULL, created_at TEXT NOT NULL);
-INSERT INTO jobs VALUES ('old', 'succeeded', 1, '{}', '[]', NULL, 'h', 1, 't0', 't1');
-INSERT INTO promotions (backend, target, path, job, created_at) VALUES ('cpu', '', '/m', 'old', 't1');
+INSERT INTO jobs VALUES ('01d0', 'succeeded', 1, '{}', '[]', NULL, 'h', 1, 't0', 't1');
+INSERT INTO promotions (backend, target, path, job, created_at) VALUES ('cpu', '', '/m', '01d0', 't1');
 """
 
 
@@ -66,7 +66,7 @@ def test_a_sqlite_store_from_before_migrations_is_adopted_with_its_rows(tmp_path
     db = Database(f"sqlite:///{path}")
     assert _columns(db)["jobs"]["pid"] is True and "heartbeat_at" in _columns(db)["jobs"]
     store = JobStore(db)
-    assert store.get("old")["status"] == "succeeded"
+    assert store.get("01d0")["status"] == "succeeded"
     assert store.promotions_after(0)[0]["path"] == "/m"
     # the adopted table takes new jobs, and promotion ids go on from the old ones
     assert store.promote("cpu", "", tmp_path / "m2", store.create({}), []) == 2
