@@ -10,6 +10,7 @@ cluster, one measurement at a time per worker (`cluster.py` holds the rules).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import platform
@@ -202,10 +203,11 @@ def run_sweep(config: SweepConfig) -> SweepSummary:
                         break
                     family, params = queue.popleft()
                     timeout = min(config.timeout, left)
-                    future = pool.submit(measure_program, family, params, config.backend,
+                    measure = (measure_program if config.trace_phases
+                               else functools.partial(measure_program, trace_phases=False))
+                    future = pool.submit(measure, family, params, config.backend,
                                          config.target, timeout, config.memory_limit,
-                                         config.max_repeats, tuple(config.modules), None,
-                                         config.trace_phases)
+                                         config.max_repeats, tuple(config.modules))
                     in_flight[future] = timeout
                 if not in_flight:
                     break
