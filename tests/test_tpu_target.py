@@ -71,13 +71,10 @@ def test_float64_on_a_tpu_is_predicted_far_slower_than_on_the_cpu():
     measured = _tpu_row("float64", params)["compile_seconds"]
     spec = corpus.get_family("float64")
     with jax.enable_x64(True):
-        stage = costmodel.lower(*_flat(*spec.build(**params)))
+        fn, args = spec.build(**params)
+        stage = costmodel.lower(fn, *args)
         tpu, cpu = stage.predict(backend="tpu"), stage.predict(backend="cpu")
     assert (tpu.backend, tpu.target) == ("tpu", "v5e")
     assert 20 < measured < 30
     assert measured / 2 < tpu.compile_seconds < measured * 2
     assert tpu.compile_seconds > 20 * cpu.compile_seconds
-
-
-def _flat(fn, args):
-    return fn, *args
