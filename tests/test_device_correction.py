@@ -43,9 +43,9 @@ def test_held_out_step_learns_a_ratio_that_depends_on_the_program():
     rows, predictions, chip, _ = _pairs()
     p = dc.pairs(rows, predictions, chip)
     assert len(p.frame) == 72 and set(p.frame["library"]) == set(LIBRARIES)
-    figures = dc.score(p)
+    figures = dc.score(p)["all"]
     # one constant cannot serve both kinds: those it does not fit are off by 4.5x
-    assert figures["base_times_constant"]["p90_fold"] > 3.5
+    assert figures["model_times_constant"]["p90_fold"] > 3.5
     assert figures["corrected"]["median_fold"] < 1.15
     assert figures["corrected"]["p90_fold"] < 1.4
     assert figures["corrected"]["spearman"] > 0.95
@@ -87,7 +87,10 @@ def test_predict_moves_compile_time_to_the_chip_and_keeps_memory(tpu_model):
     folder, rows, conv = tpu_model
     art = load(folder)
     assert isinstance(art.device_correction, DeviceCorrection)
-    assert json.loads((folder / "manifest.json").read_text())["device_correction"]["programs"] == 72
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["device_correction"]["programs"] == 72
+    sha = manifest["device_correction"]["sha256"]
+    assert art.version.endswith(f"+chip-{sha[:6]}") and art.version.count("+") == 1
     ratios = []
     for i in (int(np.argmax(conv)), int(np.argmin(conv))):
         values = {name: float(rows[f"f_{name}"].iloc[i]) for name in MODEL_FEATURES}
