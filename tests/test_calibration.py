@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from costmodel.features.environment import cpu_model, host_cpu_count
+from costmodel.measure.phases import part_seconds
 from costmodel.models.calibration import Calibration, load_calibration, widen_interval
 from costmodel.models.table import Table
 from costmodel.training.fitting.phase_model import TERMS, fit_phase_shares
@@ -27,7 +28,6 @@ from costmodel.training.measure.calibrate import (
     reference_speed_scale,
     training_set,
 )
-from costmodel.training.measure.phases import part_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 # Shares of the five calibration programs on the training machine (hlo, backend, other),

@@ -14,15 +14,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # installed package -> source folder, as pyproject.toml's package-dir maps them
 SOURCES = {"costmodel": "costmodel", "costmodel.features": "features",
-           "costmodel.training": "training", "costmodel.models": "models",
-           "costmodel.api": "api"}
+           "costmodel.measure": "measure", "costmodel.training": "training",
+           "costmodel.models": "models", "costmodel.api": "api"}
 
 # The README's layout picture, top to bottom: a package imports only packages below it.
 # A subpackage not drawn there (features.stablehlo) is part of the package above it.
-LAYERS = (("costmodel.cli",), ("costmodel.api",), ("costmodel",), ("costmodel.training",),
+LAYERS = (("costmodel.cli",), ("costmodel.api",), ("costmodel.training",),
           ("costmodel.training.evaluation",), ("costmodel.training.fitting",),
           ("costmodel.training.measure",), ("costmodel.training.corpus", "costmodel.training.store"),
-          ("costmodel.models",), ("costmodel.features",))
+          ("costmodel",), ("costmodel.measure", "costmodel.models"), ("costmodel.features",))
+# What `predict`, `record` and `profile` run; none of it may import training, not even deferred.
+RUNTIME = ("costmodel", "costmodel.measure", "costmodel.models", "costmodel.features")
 LEVEL = {package: level for level, packages in enumerate(LAYERS) for package in packages}
 
 
@@ -108,8 +110,10 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_is_read():
     assert len(MODULES) > 80
-    assert "costmodel.training.measure.harness" in MODULES
-    assert "costmodel.features" in GRAPH["costmodel.training.measure.harness"]
+    assert "costmodel.measure.harness" in MODULES
+    assert "costmodel.features" in GRAPH["costmodel.measure.harness"]
+    assert "costmodel.measure.harness" in GRAPH["costmodel._profile"]
+    assert "costmodel.measure.harness" in GRAPH["costmodel.training.measure.child"]
 
 
 def test_every_import_of_the_project_names_a_module_that_exists():
@@ -147,6 +151,16 @@ def test_imports_point_down_the_layers(module):
     upward = {target for target in GRAPH[module]
               if _package_of(target) != _package_of(module) and LEVEL[_package_of(target)] <= level}
     assert upward == set()
+
+
+def test_the_runtime_never_imports_training():
+    """The service and a user's `record` or `profile` load no training code (and so none of
+    scikit-learn, pandas or the corpus); only the command line and a retrain do."""
+    runtime = {module for module in MODULES if _package_of(module) in RUNTIME}
+    assert {"costmodel._record", "costmodel._profile", "costmodel.measure.harness"} <= runtime
+    reach = {module: sorted(t for t in GRAPH[module] if t.startswith("costmodel.training"))
+             for module in runtime}
+    assert {module: targets for module, targets in reach.items() if targets} == {}
 
 
 def _bench_paths(tree: ast.AST) -> list[str]:

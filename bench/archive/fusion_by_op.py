@@ -33,7 +33,7 @@ def emulated_groups(family: str, params: dict) -> list[list[str]]:
     the identity here so the members (each a tuple led by the op name) come back."""
     from costmodel.features import from_lowered
     from costmodel.features.stablehlo import fusion
-    from costmodel.training.measure.harness import placement
+    from costmodel.measure.harness import placement
 
     recorded: list = []
     groups = fusion.Fusions.groups
@@ -70,7 +70,7 @@ def xla_fusions(hlo: str) -> tuple[list[list[str]], collections.Counter]:
 
 
 def main() -> None:
-    from costmodel.training.measure.user_modules import import_module_or_file
+    from costmodel.measure.user_modules import import_module_or_file
 
     module, family, params = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     import_module_or_file(module)

@@ -56,7 +56,7 @@ def sample(outside: bool) -> list[tuple[str, str]]:
 def dump(folder: Path, outside: bool) -> None:
     import jax
 
-    from costmodel.training.measure.harness import placement
+    from costmodel.measure.harness import placement
 
     jax.config.update("jax_enable_compilation_cache", False)
     place = placement("cpu", "")

@@ -22,7 +22,7 @@ import pandas as pd
 
 
 def dump(rows: pd.DataFrame, folder: Path) -> None:
-    from costmodel.training.measure.harness import placement
+    from costmodel.measure.harness import placement
 
     place = placement("cpu", "")
     folder.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 
-from costmodel.training.measure.harness import placement
+from costmodel.measure.harness import placement
 
 
 def top_symbols(data_path: str, top: int) -> list[tuple[float, str]]:

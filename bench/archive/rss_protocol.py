@@ -68,8 +68,8 @@ def second_protocol(family: str, params: dict, warmup: str) -> dict:
     import jax.numpy as jnp
 
     jax.config.update("jax_enable_compilation_cache", False)
-    from costmodel.training.corpus.reference import build_reference
-    from costmodel.training.measure.harness import CompileEvents, RssSampler, compile_once, placement
+    from costmodel.measure.harness import CompileEvents, RssSampler, compile_once, placement
+    from costmodel.measure.reference import build_reference
 
     events, place = CompileEvents(), placement("cpu", "")
     start_rss = RssSampler().rss()
@@ -127,7 +127,7 @@ def main() -> None:
         spec = json.loads(args.child)
         print(json.dumps(second_protocol(spec["family"], spec["params"], spec["warmup"])))
         return
-    from costmodel.training.measure.machine import environment
+    from costmodel.measure.machine import environment
 
     programs = []
     started = time.perf_counter()

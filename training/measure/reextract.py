@@ -46,9 +46,9 @@ def _lower_group(backend: str, target: str, rows: list[tuple[str, str, str]],
     """In a fresh process: (key, feature cells or None, why not) for each (key, family,
     params) of one family on one placement; `modules` (files or module names) register
     families first, as a sweep's `modules` do."""
-    from ..store.dataset import feature_cells
-    from .harness import placement
-    from .user_modules import import_module_or_file
+    from costmodel.measure.harness import placement
+    from costmodel.measure.rows import feature_cells
+    from costmodel.measure.user_modules import import_module_or_file
 
     for module in modules:
         import_module_or_file(module)

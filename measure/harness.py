@@ -220,7 +220,7 @@ def measure(build, backend: str = "cpu", target: str = "", max_repeats: int = 3,
     """
     from costmodel.features import from_lowered
 
-    from ..corpus.reference import build_reference
+    from .reference import build_reference
 
     events = CompileEvents()
     place = placement(backend, target)
