@@ -101,16 +101,6 @@ class Placement:
         traced = self.jit(fn).trace(*self.args(args))
         return traced, traced.lower()
 
-    def lower_corpus(self, family: str, params: dict):
-        """(traced, lowered) of a corpus program, in the x64 mode its family needs."""
-        import jax
-
-        from .. import corpus
-
-        spec = corpus.get_family(family)
-        jax.config.update("jax_enable_x64", bool(spec.x64))
-        return self.lower(*spec.build(**params))
-
     def args(self, args):
         import jax
 

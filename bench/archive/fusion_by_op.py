@@ -34,6 +34,7 @@ def emulated_groups(family: str, params: dict) -> list[list[str]]:
     from costmodel.features import from_lowered
     from costmodel.features.stablehlo import fusion
     from costmodel.measure.harness import placement
+    from costmodel.training import corpus
 
     recorded: list = []
     groups = fusion.Fusions.groups
@@ -45,7 +46,7 @@ def emulated_groups(family: str, params: dict) -> list[list[str]]:
 
     fusion.hash, fusion.Fusions.groups = (lambda members: members), recording
     try:
-        traced, lowered = placement("cpu", "").lower_corpus(family, params)
+        traced, lowered = corpus.lower(placement("cpu", ""), family, params)
         from_lowered(traced, lowered, backend="cpu")
     finally:
         del fusion.hash

@@ -70,6 +70,7 @@ def second_protocol(family: str, params: dict, warmup: str) -> dict:
     jax.config.update("jax_enable_compilation_cache", False)
     from costmodel.measure.harness import CompileEvents, RssSampler, compile_once, placement
     from costmodel.measure.reference import build_reference
+    from costmodel.training import corpus
 
     events, place = CompileEvents(), placement("cpu", "")
     start_rss = RssSampler().rss()
@@ -79,7 +80,7 @@ def second_protocol(family: str, params: dict, warmup: str) -> dict:
         else:  # as the harness warms up
             compile_once(build_reference, place, events)
             compile_once(build_reference, place, events)
-    _, lowered = place.lower_corpus(family, params)
+    _, lowered = corpus.lower(place, family, params)
     gc.collect()
     with RssSampler() as sampler:
         baseline = sampler.rss()

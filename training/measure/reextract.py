@@ -37,7 +37,9 @@ def row_features(family: str, params: dict, backend: str, target: str, place) ->
     """`Features.to_dict()` of one corpus program, lowered as the sweep lowers it."""
     from costmodel.features import from_lowered
 
-    traced, lowered = place.lower_corpus(family, params)
+    from .. import corpus
+
+    traced, lowered = corpus.lower(place, family, params)
     return from_lowered(traced, lowered, backend=backend, target=target).to_dict()
 
 
