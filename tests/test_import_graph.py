@@ -7,6 +7,7 @@ cycle through a deferred import is still two modules that cannot be understood a
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -161,6 +162,25 @@ def test_the_runtime_never_imports_training():
     reach = {module: sorted(t for t in GRAPH[module] if t.startswith("costmodel.training"))
              for module in runtime}
     assert {module: targets for module, targets in reach.items() if targets} == {}
+
+
+def _drawn_layers(readme: str) -> list[set[str]]:
+    """The packages of the README's layout picture, line by line from the top: a folder at
+    the start of a line, or beside another one (`training/store/`), is a package there."""
+    block = readme.split("## Layout", 1)[1].split("```", 2)[1]
+    layers = []
+    for line in block.splitlines():
+        folders = re.findall(r"(?:^ |\s{2,})([a-z_]+(?:/[a-z_]+)*(?:/|/build\.py))(?=\s|$)", line)
+        names = {"costmodel" + "".join("." + part for part in folder.removesuffix("/build.py")
+                                       .strip("/").split("/")).removeprefix(".costmodel")
+                 for folder in folders}
+        if names:
+            layers.append(names)
+    return layers
+
+
+def test_the_readme_draws_the_layers_checked_here():
+    assert _drawn_layers((ROOT / "README.md").read_text()) == [set(level) for level in LAYERS]
 
 
 def _bench_paths(tree: ast.AST) -> list[str]:
