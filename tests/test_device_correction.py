@@ -127,3 +127,17 @@ def test_saved_correction_loads_to_the_same_factors(tpu_model, tmp_path):
     np.testing.assert_array_equal(back.log_factor(inputs, seconds),
                                   art.device_correction.log_factor(inputs, seconds))
     assert (back.lo, back.hi) == (art.device_correction.lo, art.device_correction.hi)
+
+
+def test_the_card_section_replaces_an_earlier_one_before_the_limits(tmp_path):
+    rows, predictions, chip, _ = _pairs()
+    figures = dc.score(dc.pairs(rows, predictions, chip))
+    card = tmp_path / "MODEL_CARD.md"
+    card.write_text("# model\n\n## Evaluation\n\nfigures\n\n## Limits\n\nsome\n")
+    for _ in range(2):
+        dc.write_card_section(tmp_path, dc.card_section(figures, {"chip": "TPU v5 lite"}))
+    text = card.read_text()
+    assert text.count(dc.CARD_HEADING) == 1
+    assert text.index("## Evaluation") < text.index(dc.CARD_HEADING) < text.index("## Limits")
+    fold = figures["real_libraries"]["corrected"]["median_fold"]
+    assert f"| the model with the device correction | {fold:.2f} |" in text
