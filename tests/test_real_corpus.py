@@ -102,3 +102,45 @@ def test_a_missing_corpus_library_skips_unless_ci_requires_it(monkeypatch):
     with pytest.raises(pytest.fail.Exception, match="is set but costmodel_no_such_library"):
         import_corpus_library("costmodel_no_such_library")
     assert import_corpus_library("jax.numpy").__name__ == "jax.numpy"
+
+
+def test_compiles_during_a_diffrax_predict_come_from_the_librarys_lowering():
+    """predict compiles nothing of its own; lowering lineax's solve (inside a stiff Diffrax
+    solve) runs Equinox's enum comparison eagerly, `jnp.asarray` on a concrete value, which
+    JAX compiles. Every backend compile fired during predict starts in library code."""
+    import traceback
+
+    import costmodel
+
+    if "diffrax" in real_support.MISSING:
+        corpus_library_missing("diffrax is not installed (pip install -e '.[corpus]')")
+    stacks = []
+
+    def listen(name, secs, **_):
+        if name == "/jax/core/compile/backend_compile_duration":
+            stacks.append((secs, traceback.extract_stack()))
+
+    family = corpus.get_family("diffrax_stiff_solve")
+    x64 = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", bool(family.x64))
+    try:
+        stage = costmodel.lower(*_flat(family.build(**family.grid[0])))
+        jax.monitoring.register_event_duration_secs_listener(listen)
+        try:
+            stage.predict()
+        finally:
+            jax.monitoring.unregister_event_duration_listener(listen)
+    finally:
+        jax.config.update("jax_enable_x64", x64)
+    assert 1 <= len(stacks) <= 3
+    for secs, stack in stacks:
+        outside_jax = [f.filename for f in stack if "/jax/_src/" not in f.filename
+                       and "tests/" not in f.filename]
+        # the innermost frame outside JAX is the library's, not costmodel's
+        assert "/equinox/" in outside_jax[-1], outside_jax[-3:]
+        assert secs < 1.0  # a one-op program
+
+
+def _flat(built):
+    fn, args = built
+    return (fn, *args)
