@@ -141,3 +141,10 @@ def test_the_card_section_replaces_an_earlier_one_before_the_limits(tmp_path):
     assert text.index("## Evaluation") < text.index(dc.CARD_HEADING) < text.index("## Limits")
     fold = figures["real_libraries"]["corrected"]["median_fold"]
     assert f"| the model with the device correction | {fold:.2f} |" in text
+
+
+def test_a_fresh_process_rss_is_preferred_to_a_warm_ones():
+    rows, predictions, chip, _ = _pairs()
+    chip[0]["fresh_deviceless_rss_bytes"] = 3e8
+    frame = dc.pairs(rows, predictions, chip).frame
+    assert frame.loc["k0", "rss"] == 3e8 and frame.loc["k1", "rss"] == 1e8

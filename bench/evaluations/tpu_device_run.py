@@ -75,7 +75,14 @@ def main() -> None:
     parser.add_argument("--deviceless-below-s", type=float, default=15.0)
     parser.add_argument("--max-here-s", type=float, default=None,
                         help="leave out programs whose deviceless sweep time was longer")
+    parser.add_argument("--fresh-rss-below-s", type=float, default=0.0,
+                        help="also compile deviceless in a fresh process, for its peak RSS "
+                             "growth, when the chip's compile took less than this")
+    parser.add_argument("--rss-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.rss_child:
+        print(json.dumps(_fresh_rss(Path(args.artifacts) / args.rss_child)))
+        return
     started = time.monotonic()
 
     import jax
@@ -139,6 +146,9 @@ def main() -> None:
                 if first < 3.0:
                     row["ref_device_s"].append(reference("device"))
                     row["device_s"].append(compile_seconds(fresh(), avals, "device")[0])
+                if first < args.fresh_rss_below_s:
+                    row["fresh_deviceless_rss_bytes"] = _fresh_rss_child(
+                        args.artifacts, entry, timeout=max(60.0, 10 * first))
                 if first < args.deviceless_below_s:
                     row["ref_deviceless_s"] = [reference("deviceless")]
                     row["deviceless_s"] = [compile_seconds(fresh(), avals, "deviceless")[0]]
@@ -148,6 +158,48 @@ def main() -> None:
             out.write(json.dumps(row) + "\n")
             out.flush()
             print(json.dumps(row), flush=True)
+
+
+def _fresh_rss(artifact: Path) -> dict:
+    """Peak RSS growth of one deviceless compile of `artifact` in this process, fresh but
+    for the reference program compiled twice first (the compiler's start-up), as the
+    sweeps record it; a process that compiled many programs before understates it."""
+    import jax
+    from jax import export
+    from jax.experimental import topologies
+    from jax.sharding import SingleDeviceSharding
+
+    jax.config.update("jax_enable_compilation_cache", False)
+    exported = export.deserialize(artifact.read_bytes())
+    sharding = SingleDeviceSharding(
+        topologies.get_topology_desc(topology_name="v5e:2x2", platform="tpu").devices[0])
+
+    def lower(fn, avals):
+        specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding) for a in avals]
+        return jax.jit(fn).trace(*specs).lower()
+
+    for _ in range(2):
+        lower(*_reference()()).compile()
+    lowered = lower(lambda *a: exported.call(*a), exported.in_avals)
+    with PeakRss() as peak:
+        lowered.compile()
+    return {"rss_growth_bytes": peak.growth}
+
+
+def _fresh_rss_child(artifacts: str, entry: dict, timeout: float) -> int | None:
+    import subprocess
+    import sys
+
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
+    if entry.get("x64"):
+        env["JAX_ENABLE_X64"] = "1"
+    try:
+        done = subprocess.run(
+            [sys.executable, __file__, artifacts, "--out", os.devnull, "--rss-child",
+             entry["file"]], capture_output=True, text=True, timeout=timeout, env=env)
+        return int(json.loads(done.stdout.strip().splitlines()[-1])["rss_growth_bytes"])
+    except (subprocess.TimeoutExpired, ValueError, IndexError, KeyError):
+        return None  # the row keeps its warm-process figure only
 
 
 def _version(name: str) -> str:
