@@ -13,7 +13,8 @@ load moves less) per program over those of the first configuration named, the ca
 compile over the plain ones of its own process, and the share of the wall the four
 stages cover.
 
-    python bench/tpu_log_overhead.py --rounds 3   # writes bench/results/tpu_log_overhead.json
+    python bench/tpu_log_overhead.py --rounds 4 --configs off,info
+    # writes bench/results/tpu_log_overhead_off_info.json
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ CONFIGS = {
     "info": None,  # tpu_phases.LOG_ENV and PASS_LOG_ENV, filled in by main()
     "passes": None,
 }
-OUT = Path(__file__).with_name("results") / "tpu_log_overhead.json"
+RESULTS = Path(__file__).with_name("results")
 
 
 def child(config: str, compiles: int) -> dict:
@@ -83,7 +84,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--compiles", type=int, default=2)
     parser.add_argument("--configs", default=",".join(CONFIGS))
-    parser.add_argument("--out", default=str(OUT))
+    parser.add_argument("--out", help="default: results/tpu_log_overhead_<configs>.json")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -120,8 +121,8 @@ def main() -> None:
         plain = {p: statistics.median(s for r in runs[name] for s in r[p]["plain"])
                  for p in programs}
         cpu = {p: statistics.median(s for r in runs[name] for s in r[p]["cpu"]) for p in programs}
-        entry = {"plain_seconds": plain, "over_off": {p: plain[p] / off[p] for p in programs},
-                 "cpu_seconds": cpu, "cpu_over_off": {p: cpu[p] / off_cpu[p] for p in programs}}
+        entry = {"plain_seconds": plain, "over_base": {p: plain[p] / off[p] for p in programs},
+                 "cpu_seconds": cpu, "cpu_over_base": {p: cpu[p] / off_cpu[p] for p in programs}}
         if "captured" in runs[name][0][programs[0]]:
             captured = [(r[p]["captured"], r[p]["stages"], p) for r in runs[name] for p in programs]
             entry["captured_over_plain"] = {p: statistics.median(
@@ -132,11 +133,12 @@ def main() -> None:
             entry["errors"] = sorted({r[p]["error"] for r in runs[name] for p in programs} - {""})
             entry["top_passes_last"] = {p: runs[name][-1][p]["passes"] for p in programs}
         summary["configs"][name] = entry
-        print(name, {p.split("|")[0]: round(v, 3) for p, v in entry["over_off"].items()},
+        print(name, {p.split("|")[0]: round(v, 3) for p, v in entry["over_base"].items()},
               {k: {p.split("|")[0]: round(v, 3) for p, v in entry.get(k, {}).items()}
-               for k in ("cpu_over_off", "captured_over_plain", "stage_share_of_wall")})
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({**summary, "runs": runs}, indent=1) + "\n")
+               for k in ("cpu_over_base", "captured_over_plain", "stage_share_of_wall")})
+    out = Path(args.out or RESULTS / f"tpu_log_overhead_{'_'.join(configs)}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({**summary, "runs": runs}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
