@@ -27,8 +27,8 @@ from .phases import PHASES, TOP_PASSES, phase_row
 STAGES = {"tpu_hlo": "HLO_PASSES", "tpu_backend": "BACKEND_PASSES",
           "tpu_codegen": "CODE_GENERATION", "tpu_end_to_end": "END_TO_END"}
 LOG_ENV = {"TPU_MIN_LOG_LEVEL": "0", "TPU_STDERR_LOG_LEVEL": "0"}
-# Per-pass times log ~1000 more lines a compile: opt-in (bench/tpu_log_overhead.py could
-# not tell their cost from its noise of about 10%, so they stay off the labels' compiles)
+# Per-pass times log ~1000 more lines a compile and may cost ~5% of its CPU time
+# (bench/tpu_log_overhead.py), so they are opt-in: the labels' compiles log them too
 PASS_LOG_ENV = {"TPU_VMODULE": "hlo_pass_pipeline=1"}
 LOG_OFF_HINT = ("libtpu logged no compile stages: its INFO log must be on before libtpu "
                 "starts (" + " ".join(f"{k}={v}" for k, v in LOG_ENV.items()) + ")")
@@ -39,6 +39,8 @@ _START = re.compile(r"^XLA::TPU running hlo passes for [0-9,]+ instructions, mod
 _STAGE = re.compile(r"^([A-Z_]+) stage duration: ([0-9,.]+) ?([a-zµ]+)")
 _PIPELINE = re.compile(r"^Running HLO pass pipeline on module (\S+): (.+)$")
 _PASS = re.compile(r"^HLO pass: (.+?) time: ([0-9,.]+) ?([a-zµ]+)")
+# a backend worker names its module after its BACKEND_PASSES and CODE_GENERATION lines
+_NAMED = re.compile(r"^XLA::TPU module name: (\S+)|^\(HLO module ([^)\s]+)\)")
 _UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0}
 _STAGE_PHASE = {stage: phase for phase, stage in STAGES.items()}
 
@@ -79,24 +81,36 @@ def _records(text: str):
 def compiles_of(text: str) -> list[TpuCompileLog]:
     """Every compile the log text shows, in the order they started.
 
-    Stage lines do not name their module: HLO_PASSES and END_TO_END come from the thread
-    that started the compile, BACKEND_PASSES and CODE_GENERATION from a worker thread, so
-    those go to the latest unfinished compile that lacks them. Pass lines go to the module
-    their thread last ran a pipeline on."""
+    Stage lines do not name their module. HLO_PASSES and END_TO_END come from the thread
+    that started the compile; BACKEND_PASSES and CODE_GENERATION from a backend worker,
+    which names the module in its next lines (`XLA::TPU module name: jit_f`, `(HLO module
+    jit_f)`), so they wait for that name; one still unnamed when a compile ends goes to
+    that compile if it lacks the stage. Pass lines go to the module their thread last ran
+    a pipeline on."""
     compiles: list[TpuCompileLog] = []
     thread_module: dict[str, str] = {}
+    waiting: dict[str, list[tuple[str, float]]] = defaultdict(list)  # worker -> stages
 
-    def open_compile(thread: str, stage_phase: str | None) -> TpuCompileLog:
-        running = [c for c in compiles if not c.done]
-        for c in reversed(running):
-            if stage_phase in (None, "tpu_hlo", "tpu_end_to_end") and c.thread == thread:
-                return c
-            if stage_phase in ("tpu_backend", "tpu_codegen") and stage_phase not in c.stages:
-                return c
-        if running:
-            return running[-1]
-        compiles.append(TpuCompileLog(None, thread))  # a stage with no start line seen
-        return compiles[-1]
+    def running(module: str | None = None, thread: str | None = None) -> TpuCompileLog | None:
+        found = [c for c in compiles if not c.done and (module is None or c.module == module)
+                 and (thread is None or c.thread == thread)]
+        return found[-1] if found else None
+
+    def name_worker(thread: str, module: str) -> None:
+        target = running(module=module) or running() or _anonymous(compiles, thread)
+        for phase, seconds in waiting.pop(thread, []):
+            target.stages[phase] = seconds
+
+    def end(compile_: TpuCompileLog) -> None:
+        """A compile ends: unnamed worker stages it lacks are its; the rest wait on."""
+        for thread, stages in list(waiting.items()):
+            waiting[thread] = []
+            for phase, seconds in stages:
+                if phase in compile_.stages:
+                    waiting[thread].append((phase, seconds))
+                else:
+                    compile_.stages[phase] = seconds
+        compile_.done = True
 
     for _severity, thread, message in _records(text):
         if match := _START.match(message):
@@ -106,9 +120,16 @@ def compiles_of(text: str) -> list[TpuCompileLog]:
             seconds = _seconds(match.group(2), match.group(3))
             if phase is None or seconds is None:
                 continue
-            compile_ = open_compile(thread, phase)
+            if phase in ("tpu_backend", "tpu_codegen"):
+                waiting[thread].append((phase, seconds))
+                continue
+            compile_ = running(thread=thread) or running() or _anonymous(compiles, thread)
             compile_.stages[phase] = seconds
-            compile_.done = compile_.done or phase == "tpu_end_to_end"
+            if phase == "tpu_end_to_end":
+                end(compile_)
+        elif match := _NAMED.match(message):
+            if waiting.get(thread):
+                name_worker(thread, match.group(1) or match.group(2))
         elif match := _PIPELINE.match(message):
             thread_module[thread] = match.group(1)
             for c in compiles:
@@ -116,11 +137,16 @@ def compiles_of(text: str) -> list[TpuCompileLog]:
                     c.pipelines.add(match.group(2))
         elif match := _PASS.match(message):
             seconds = _seconds(match.group(2), match.group(3))
-            module = thread_module.get(thread)
-            owners = [c for c in compiles if not c.done and c.module == module]
-            if seconds is not None and owners:
-                owners[-1].pass_seconds[match.group(1)] += seconds
+            owner = running(module=thread_module.get(thread))
+            if seconds is not None and owner is not None and owner.module is not None:
+                owner.pass_seconds[match.group(1)] += seconds
     return compiles
+
+
+def _anonymous(compiles: list[TpuCompileLog], thread: str) -> TpuCompileLog:
+    """A compile for stage lines whose start the log did not show."""
+    compiles.append(TpuCompileLog(None, thread))
+    return compiles[-1]
 
 
 def compile_of(text: str, module: str | None = None) -> tuple[TpuCompileLog | None, str]:
@@ -157,9 +183,10 @@ class StderrCapture:
         self._offset = 0
 
     def __enter__(self) -> StderrCapture:
-        sys.stderr.flush()
+        if sys.stderr is not None:
+            sys.stderr.flush()
+        self._real = os.dup(2)  # first: with no fd 2 there is nothing to undo
         self._file = tempfile.TemporaryFile(prefix="costmodel-stderr-")
-        self._real = os.dup(2)
         self._python = sys.stderr
         sys.stderr = os.fdopen(os.dup(self._real), "w", buffering=1, errors="backslashreplace")
         os.dup2(self._file.fileno(), 2)

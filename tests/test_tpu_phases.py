@@ -97,6 +97,48 @@ def test_units_and_thousands_separators():
     assert found.top_passes() == {"tpu_fusion": 0.00175}
 
 
+def _line(thread: int, message: str) -> str:
+    return f"I1205 23:41:50.163615 {thread:7d} x.cc:1] {message}"
+
+
+def test_two_compiles_at_once_get_their_own_backend_stages():
+    """Backend workers log their stages before naming the module; two compiles overlap."""
+    text = "\n".join([
+        _line(1, "XLA::TPU running hlo passes for 10 instructions, module: jit_a"),
+        _line(2, "XLA::TPU running hlo passes for 20 instructions, module: jit_b"),
+        _line(1, "HLO_PASSES stage duration: 1ms"),
+        _line(2, "HLO_PASSES stage duration: 2ms"),
+        _line(5, "BACKEND_PASSES stage duration: 10ms"),  # jit_a's, logged first
+        _line(6, "BACKEND_PASSES stage duration: 20ms"),
+        _line(6, "XLA::TPU module name: jit_b"),
+        _line(6, "CODE_GENERATION stage duration: 3ms"),
+        _line(6, "(HLO module jit_b): Executable fingerprint:91ef"),
+        _line(5, "XLA::TPU module name: jit_a"),
+        _line(5, "CODE_GENERATION stage duration: 4ms"),
+        _line(2, "END_TO_END stage duration: 30ms"),
+        _line(5, "(HLO module jit_a): Executable fingerprint:a58e"),
+        _line(1, "END_TO_END stage duration: 40ms"),
+    ])
+    a, b = compiles_of(text)
+    assert a.stages == pytest.approx({"tpu_hlo": 0.001, "tpu_backend": 0.010,
+                                      "tpu_codegen": 0.004, "tpu_end_to_end": 0.040})
+    assert b.stages == pytest.approx({"tpu_hlo": 0.002, "tpu_backend": 0.020,
+                                      "tpu_codegen": 0.003, "tpu_end_to_end": 0.030})
+
+
+def test_worker_stages_never_named_go_to_the_compile_that_ends():
+    text = "\n".join([
+        _line(1, "XLA::TPU running hlo passes for 10 instructions, module: jit_a"),
+        _line(1, "HLO_PASSES stage duration: 1ms"),
+        _line(5, "BACKEND_PASSES stage duration: 10ms"),
+        _line(5, "CODE_GENERATION stage duration: 4ms"),
+        _line(1, "END_TO_END stage duration: 20ms"),
+    ])
+    found, error = compile_of(text, "jit_a")
+    assert error == "" and found.stages["tpu_backend"] == pytest.approx(0.010)
+    assert found.stages["tpu_codegen"] == pytest.approx(0.004)
+
+
 def test_a_log_without_stages_says_how_to_turn_it_on():
     found, error = compile_of("W1205 23:41:51.0 13913 llo_module.h:502] something\n", "jit_f")
     assert found is None and error == LOG_OFF_HINT
