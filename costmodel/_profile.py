@@ -3,7 +3,10 @@
 Compiles the program once under a `jax.profiler` trace (after a warm-up compile of the
 reference program, so backend and LLVM start-up are not charged to it) and reads XLA's
 own phase events (`costmodel.measure.phases`): HLO passes, the backend (code
-generation, LLVM), the rest, and the slowest HLO passes. The prediction's parts come
+generation, LLVM), the rest, and the slowest HLO passes. XLA:TPU traces none: on a TPU
+host the parts come from libtpu's log of the compile (`costmodel.measure.tpu_phases`),
+which is on only where `TPU_MIN_LOG_LEVEL=0 TPU_STDERR_LOG_LEVEL=0` were set before
+libtpu started (and `TPU_VMODULE=hlo_pass_pipeline=1` for the slowest passes). The prediction's parts come
 from the model's phase shares, so predicted and measured sit in one table. Tracing adds
 about 1% to the compile it measures (`bench/profile_overhead.py`: profiled/plain 1.009
 median on 8 programs, 0.90-1.17).
@@ -21,6 +24,7 @@ from ._blame_views import Node, icicle_html
 from ._predict import Prediction, _fmt_seconds
 
 PART_NAMES = {"hlo": "HLO passes", "backend": "backend (codegen, LLVM)", "other": "the rest"}
+TPU_PART_NAMES = {**PART_NAMES, "backend": "backend passes, codegen"}
 # A pass is named as slow only from this long: shorter ones print as "0 ms", which
 # says nothing about where the time went.
 MEASURABLE_SECONDS = 0.001
@@ -49,12 +53,13 @@ class Profile:
         lines = [f"measured compile {_fmt_seconds(self.compile_seconds)}, predicted "
                  f"{_fmt_seconds(self.prediction.compile_seconds)}",
                  f"{'part':<26} {'measured':>9} {'share':>6} {'predicted':>10} {'share':>6}"]
+        names = self._part_names()
         for part, seconds in self.parts.items():
             predicted = (self.predicted_parts or {}).get(part)
             guess = ("" if predicted is None else
                      f"{_fmt_seconds(predicted):>10} "
                      f"{predicted / self.prediction.compile_seconds:>6.1%}")
-            lines.append(f"{PART_NAMES[part]:<26} {_fmt_seconds(seconds):>9} "
+            lines.append(f"{names[part]:<26} {_fmt_seconds(seconds):>9} "
                          f"{seconds / self.compile_seconds:>6.1%} {guess}")
         slow = {name: s for name, s in self.passes.items() if s >= MEASURABLE_SECONDS}
         if slow:
@@ -63,6 +68,9 @@ class Profile:
         elif self.passes:
             lines.append(f"no HLO pass took {_fmt_seconds(MEASURABLE_SECONDS)} or more")
         return "\n".join(lines)
+
+    def _part_names(self) -> dict[str, str]:
+        return TPU_PART_NAMES if self.prediction.backend == "tpu" else PART_NAMES
 
     def to_dict(self) -> dict[str, Any]:
         return {"compile_seconds": self.compile_seconds, "parts": self.parts,
@@ -73,7 +81,7 @@ class Profile:
         """The measured compile as an icicle chart: parts, then HLO passes under theirs."""
         root = Node("compile", "", self.compile_seconds)
         for part, seconds in self.parts.items():
-            node = root.child(PART_NAMES[part], "")
+            node = root.child(self._part_names()[part], "")
             node.seconds = seconds
             if part == "hlo":
                 for name, own in self.passes.items():
@@ -89,12 +97,13 @@ def profile_stage(stage) -> Profile:
     from costmodel.measure.harness import CompileEvents, compile_once, placement
     from costmodel.measure.phases import PhaseTrace, part_seconds
     from costmodel.measure.reference import build_reference
+    from costmodel.measure.tpu_phases import TpuStageLog, module_name
 
     prediction = stage.predict()
     events = CompileEvents()
     compile_once(build_reference, placement("cpu", ""), events)  # warm-up, not measured
     lowered = stage._lowered(Placement.of(prediction.backend, prediction.target))[1]
-    trace = PhaseTrace()
+    trace = TpuStageLog(module_name(lowered)) if prediction.backend == "tpu" else PhaseTrace()
     mark = events.mark()
     with trace:
         start = time.perf_counter()
@@ -106,7 +115,7 @@ def profile_stage(stage) -> Profile:
     row = {**trace.row(seconds), "compile_seconds": seconds}
     parts = part_seconds(row)
     if parts is None:
-        raise RuntimeError(f"the compile's trace could not be read: {trace.error}")
+        raise RuntimeError(f"the compile's phases could not be read: {trace.error}")
     shares = prediction._artifact.predictor.part_shares([prediction.features.model_inputs()])
     predicted = None if shares is None else {
         part: float(shares[part][0]) * prediction.compile_seconds for part in parts}

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from .phases import PhaseTrace
+from .tpu_phases import TpuStageLog, module_name
 
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
@@ -206,7 +207,10 @@ def measure(build, backend: str = "cpu", target: str = "", max_repeats: int = 3,
     `build` returns a new (fn, args) on each call. The row's features come from the
     first lowering, through the same extractor prediction uses. With `trace_phases`, one
     more compile, after all timed ones, runs under a profiler trace for the per-phase
-    columns (`phases.py`); without, those columns are missing values.
+    columns (`phases.py`); without, those columns are missing values. XLA:TPU traces
+    nothing: its stages come from libtpu's log of the first timed compile instead
+    (`tpu_phases.py`; the log is on for every compile of a TPU measurement process, and
+    capturing it costs no more than the noise, see bench/tpu_log_overhead.py).
     """
     from costmodel.features import from_lowered
 
@@ -223,8 +227,10 @@ def measure(build, backend: str = "cpu", target: str = "", max_repeats: int = 3,
     lower_seconds = time.perf_counter() - t0
     features = from_lowered(traced, lowered, backend=backend, target=target)
 
+    stage_log = TpuStageLog(module_name(lowered)) if trace_phases and backend == "tpu" else None
     mark = events.mark()
-    with RssSampler() as sampler:
+    # the log is read after the sampler stops, so parsing it counts in no RSS peak
+    with stage_log or contextlib.nullcontext(), RssSampler() as sampler:
         baseline = sampler.rss()
         t1 = time.perf_counter()
         compiled = lowered.compile()
@@ -244,9 +250,10 @@ def measure(build, backend: str = "cpu", target: str = "", max_repeats: int = 3,
         times.append(seconds)
         event_times.append(event_seconds)
 
-    trace = PhaseTrace()
-    traced_seconds = None
-    if trace_phases:  # its own compile: tracing must not touch the labels above
+    trace, traced_seconds = PhaseTrace(), None
+    if stage_log is not None:
+        trace, traced_seconds = stage_log, first
+    elif trace_phases:  # its own compile: tracing must not touch the labels above
         traced_seconds = compile_once(build, place, events, trace=trace)[1]
 
     median = statistics.median(times)

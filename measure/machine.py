@@ -14,7 +14,8 @@ from costmodel.features.environment import cpu_model, host_cpu_count
 # Paths from this package's folder (the sweep's processes live in `training/measure`, which
 # is `costmodel/training/measure` once installed), in the order they were always hashed.
 _HARNESS_FILES = ("harness.py", "reference.py", "../training/measure/child.py",
-                  "../training/measure/runner.py", "gpu_target.py", "phases.py")
+                  "../training/measure/runner.py", "gpu_target.py", "phases.py",
+                  "tpu_phases.py")
 
 
 @lru_cache(maxsize=1)

@@ -9,6 +9,8 @@ that cannot be taken at all gives every phase `None`: never an exception.
 
 Tracing slows the compile a little (see bench/phase_overhead.py), so the harness runs it
 on an extra compile of its own, never on the ones `compile_seconds` is taken from.
+XLA:TPU emits none of these events; its four `tpu_*` phases come from libtpu's log
+(`tpu_phases.py`) and share the columns below.
 """
 
 from __future__ import annotations
@@ -39,10 +41,17 @@ PHASES = {
     "gpu_priority_fusion": ("priority-fusion",),
     "gpu_backend": ("CompileToBackendResult",),
     "gpu_ptx_threads": ("PTX->CUBIN",),
+    # XLA:TPU traces none of its compile: these four come from libtpu's log of the compile's
+    # stages (`tpu_phases.py`): HLO passes, backend passes, code generation, end to end
+    "tpu_hlo": (),
+    "tpu_backend": (),
+    "tpu_codegen": (),
+    "tpu_end_to_end": (),
 }
 # The phases only XLA:GPU's compile has (a CPU compile leaves them missing, and the other
 # way round).
 GPU_PHASES = tuple(p for p in PHASES if p.startswith("gpu_"))
+TPU_PHASES = tuple(p for p in PHASES if p.startswith("tpu_"))
 # Phases that follow one another on the compile thread: their sum is what the trace
 # explains of a compile's wall time.
 PARTITION = ("hlo_through_layout", "hlo_after_layout", "backend")
@@ -200,10 +209,16 @@ class PhaseTrace:
 
     def row(self, wall_seconds: float | None) -> dict:
         """The dataset columns of this trace (flat seconds per phase, passes as JSON)."""
-        return {**{column(p): s for p, s in self.seconds.items()},
-                WALL_COLUMN: wall_seconds,
-                PASSES_COLUMN: json.dumps(self.passes) if self.passes else None,
-                ERROR_COLUMN: self.error}
+        return phase_row(self.seconds, self.passes, self.error, wall_seconds)
+
+
+def phase_row(seconds: dict[str, float | None], passes: dict[str, float], error: str,
+              wall_seconds: float | None) -> dict:
+    """The dataset's phase columns: every phase of `PHASES` (missing ones `None`)."""
+    return {**{column(p): seconds.get(p) for p in PHASES},
+            WALL_COLUMN: wall_seconds,
+            PASSES_COLUMN: json.dumps(passes) if passes else None,
+            ERROR_COLUMN: error}
 
 
 def explained_seconds(seconds: dict[str, float | None]) -> float | None:
@@ -216,16 +231,21 @@ def explained_seconds(seconds: dict[str, float | None]) -> float | None:
 
 def part_seconds(row) -> dict[str, float] | None:
     """A row's compile seconds split into the parts of `costmodel.models.phase_shares`:
-    HLO passes (both pipelines), the backend, and the rest, in the proportions its traced
-    compile showed. None when the row has no usable trace."""
-    try:
-        wall = float(row[WALL_COLUMN])
-        hlo = sum(float(row[column(p)]) for p in HLO_PIPELINES)
-        backend = float(row[column("backend")])
-        total = float(row["compile_seconds"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    if not all(map(math.isfinite, (wall, hlo, backend, total))) or wall <= 0 or total <= 0:
+    HLO passes, the backend, and the rest, in the proportions its traced compile showed
+    (on a CPU both HLO pipelines and RunBackend; on a TPU libtpu's HLO_PASSES, and
+    BACKEND_PASSES with CODE_GENERATION). None when the row has no usable trace."""
+    for hlo_phases, backend_phases in ((HLO_PIPELINES, ("backend",)),
+                                       (("tpu_hlo",), ("tpu_backend", "tpu_codegen"))):
+        try:
+            wall = float(row[WALL_COLUMN])
+            hlo = sum(float(row[column(p)]) for p in hlo_phases)
+            backend = sum(float(row[column(p)]) for p in backend_phases)
+            total = float(row["compile_seconds"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if all(map(math.isfinite, (wall, hlo, backend, total))) and wall > 0 and total > 0:
+            break
+    else:
         return None
     hlo, backend = min(hlo / wall, 1.0), min(backend / wall, 1.0)
     other = max(1.0 - hlo - backend, 0.0)

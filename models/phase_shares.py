@@ -1,12 +1,13 @@
 """What share of a program's compile each part of XLA takes: HLO passes, the backend
-(LLVM code generation), and the rest (JAX's lowering hand-off, compile set-up).
+(LLVM code generation on a CPU; libtpu's backend passes and code generation on a TPU), and
+the rest (JAX's lowering hand-off, compile set-up).
 
 `costmodel profile` sets a compile's measured parts beside the predicted ones these shares
 give. (Calibration does not weigh part factors by them: on real programs measured on a
 second CPU kind, the machines' ratios did not follow the shares; see
 `costmodel.training.measure.calibrate`.) The shares are a multinomial logit in log size
-counts, fitted on the training rows that carry a `jax.profiler` trace of their compile
-(`costmodel.training.fitting.phase_model`).
+counts, fitted on the training rows that carry a `jax.profiler` trace of their compile, or
+for a TPU libtpu's log of it (`costmodel.training.fitting.phase_model`).
 """
 
 from __future__ import annotations

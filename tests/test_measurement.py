@@ -59,10 +59,10 @@ def test_row_has_every_field(measured_row):
 def test_row_carries_phase_seconds_of_its_own_traced_compile(measured_row):
     row = measured_row
     assert row["phase_error"] == ""
-    cpu = [c for c in phases.SECONDS_COLUMNS
-           if c not in {phases.column(p) for p in phases.GPU_PHASES}]
+    other = {phases.column(p) for p in (*phases.GPU_PHASES, *phases.TPU_PHASES)}
+    cpu = [c for c in phases.SECONDS_COLUMNS if c not in other]
     assert all(row[c] > 0 for c in cpu), {c: row[c] for c in cpu}
-    assert all(row[phases.column(p)] is None for p in phases.GPU_PHASES)
+    assert all(row[c] is None for c in other)
     explained = phases.explained_seconds({p: row[phases.column(p)] for p in phases.PHASES})
     assert explained <= row["phase_xla_seconds"] <= row[phases.WALL_COLUMN]
     # an extra compile: the timed ones stay two, and the traced one is as fast as they are

@@ -82,3 +82,35 @@ def test_cli_profile_names_no_pass_it_did_not_measure(tmp_path, monkeypatch, cap
             assert not named.endswith(" 0 ms"), last
     else:
         assert last == "no HLO pass took 1 ms or more"
+
+
+def test_a_tpu_profile_reads_libtpus_log_and_says_how_to_turn_it_on(monkeypatch):
+    """On a TPU host the parts come from libtpu's log, not a profiler trace. Here the
+    compile is a CPU one standing in for the chip's: its capture finds no TPU stages, and
+    the error names the environment that turns the log on."""
+    import dataclasses
+
+    from costmodel.features import Placement
+
+    def tpu_only(x, w):  # a program of its own: no other test compiled it
+        return jnp.sum(jnp.sinh(x @ w) - 2)
+
+    stage = costmodel.lower(tpu_only, X, W)
+    cpu_prediction = stage.predict(backend="cpu")
+    stage._lowerings["tpu"] = stage._lowered(Placement.of("cpu", None))
+    monkeypatch.setattr(type(stage), "predict", lambda *a, **k: dataclasses.replace(
+        cpu_prediction, backend="tpu", target="v5e"))
+    with pytest.raises(RuntimeError, match="libtpu logged no compile stages.*"
+                                           "TPU_MIN_LOG_LEVEL=0 TPU_STDERR_LOG_LEVEL=0"):
+        stage.profile()
+
+
+def test_a_tpu_profile_names_the_tpu_backend_parts():
+    import dataclasses
+
+    from costmodel._profile import Profile
+
+    prediction = dataclasses.replace(costmodel.predict(program, X, W), backend="tpu",
+                                     target="v5e")
+    text = str(Profile(0.2, {"hlo": 0.05, "backend": 0.1, "other": 0.05}, {}, prediction))
+    assert "backend passes, codegen" in text and "LLVM" not in text

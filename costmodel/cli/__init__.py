@@ -133,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-repeats", type=count, default=3,
                    help="timed compiles per program (fewer for long ones)")
     p.add_argument("--no-phases", action="store_true",
-                   help="skip the profiled compile that gives the per-phase columns")
+                   help="skip the per-phase columns (CPU/GPU: a profiled extra compile; "
+                        "TPU: libtpu's log)")
 
     p = add("train", cmd_train, "fit a model from dataset files and write an artifact")
     p.add_argument("--data", nargs="+", required=True,

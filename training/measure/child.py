@@ -28,6 +28,16 @@ def configure(spec: dict) -> None:
     else:
         os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # libtpu reads its log levels once, at its start: its INFO log gives the TPU rows'
+    # per-stage columns (`costmodel.measure.tpu_phases`); `--no-phases` turns it off, and
+    # per-pass times (`PASS_LOG_ENV`) are logged only where the sweep's environment asks
+    from costmodel.measure.tpu_phases import LOG_ENV, PASS_LOG_ENV
+
+    if backend == "tpu" and spec.get("trace_phases", True):
+        os.environ.update(LOG_ENV)
+    else:
+        for name in (*LOG_ENV, *PASS_LOG_ENV):
+            os.environ.pop(name, None)
 
 
 def run(spec: dict) -> dict:
