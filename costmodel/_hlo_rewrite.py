@@ -123,7 +123,7 @@ def _io(block_ops) -> tuple[list, list]:
 
 
 def _scan_once(text: str, min_repeats: int) -> ScannedText | None:
-    from costmodel.features.stablehlo import _context, parse_module
+    from costmodel.features.stablehlo import parse_module
     from costmodel.features.stablehlo.parse import entry_function, functions
 
     module = parse_module(text, check=False)
@@ -139,7 +139,7 @@ def _scan_once(text: str, min_repeats: int) -> ScannedText | None:
     if repeats < min_repeats:
         return None
     blocks = [ops[start + k * size: start + (k + 1) * size] for k in range(repeats)]
-    with _context(), _location():
+    with module.context, _location():
         if not _rewrite_run(module, main, blocks, name):
             return None
         module.operation.verify()  # raises for a module the rewrite left invalid
@@ -420,11 +420,11 @@ def _part(text: str, name: str) -> str:
     """The module with function `name` as its public entry, and what that calls."""
     from jax._src.lib.mlir import ir
 
-    from costmodel.features.stablehlo import _context, parse_module
+    from costmodel.features.stablehlo import parse_module
     from costmodel.features.stablehlo.parse import entry_function, functions
 
     module = parse_module(text, check=False)
-    with _context(), _location():
+    with module.context, _location():
         funcs = functions(module)
         entry = entry_function(funcs)
         funcs.pop(entry).erase()
@@ -445,11 +445,11 @@ def _glue(text: str) -> str:
     from jax._src.lib.mlir import ir
     from jax._src.lib.mlir.dialects import hlo
 
-    from costmodel.features.stablehlo import _context, parse_module
+    from costmodel.features.stablehlo import parse_module
     from costmodel.features.stablehlo.parse import entry_function, functions
 
     module = parse_module(text, check=False)
-    with _context(), _location():
+    with module.context, _location():
         funcs = functions(module)
         entry = entry_function(funcs)
         calls, _ = _entry_calls(funcs, entry)

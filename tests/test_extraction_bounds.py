@@ -210,3 +210,39 @@ def test_the_service_answers_overflowing_shapes_without_a_500(client):
     batch = client.post("/v1/predict", json={"instances": [{"stablehlo": OVERFLOWING},
                                                            {"stablehlo": fanout(2)}]})
     assert batch.status_code < 500, batch.json
+
+
+def _with_attribute(value: str) -> str:
+    return ('module attributes {x.a = "' + value + '"} {\n' + flat(4).split("\n", 1)[1])
+
+
+def test_the_parse_context_is_renewed_so_unique_attributes_do_not_pile_up(monkeypatch):
+    import psutil
+
+    from costmodel.features.stablehlo import contractions, parse
+
+    monkeypatch.setattr(parse, "RENEW_BYTES", 4 * 2**20)
+    first = parse._context()
+    dot = from_stablehlo(_DOT)
+    assert contractions._dims_of.cache_info().currsize > 0
+    process = psutil.Process()
+    start = process.memory_info().rss
+    for i in range(40):  # 40 MB of distinct attributes, 1 MB each
+        feats = from_stablehlo(_with_attribute(f"{i:07d}" * 150_000))
+        assert feats["hlo_ops"] == 4
+    grown = process.memory_info().rss - start
+    # one context kept them all: 46.6 MB here; renewed every 4 MB of text: 17 MB (what the
+    # allocator keeps of freed contexts' memory for reuse)
+    assert grown < 24 * 2**20, grown
+    assert parse._context() is not first
+    assert contractions._dims_of.cache_info().currsize == 0
+    assert from_stablehlo(_DOT).values == dot.values
+
+
+_DOT = """module @m {
+  func.func public @main(%a: tensor<8x16xf32>, %b: tensor<16x4xf32>) -> tensor<8x4xf32> {
+    %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0]
+      : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
+    return %0 : tensor<8x4xf32>
+  }
+}"""
