@@ -29,6 +29,8 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 
+import _hostile_modules as H
+
 HOST = "127.0.0.1"
 MB = 2**20
 SMALL_MODULE = ("func.func public @main(%arg0: tensor<8xf32>) -> tensor<8xf32> {\n"
@@ -131,6 +133,41 @@ def _kinds() -> dict[str, Callable[[], bytes]]:
         "retrain without token": lambda: _post("/v1/retrain", b"{}"),
         "unknown route": lambda: _raw("GET /v1/nothing HTTP/1.1\r\nHost: h\r\n\r\n"),
         "wrong method": lambda: _raw("DELETE /v1/predict HTTP/1.1\r\nHost: h\r\n\r\n"),
+        **_round_two_kinds(),
+    }
+
+
+def _round_two_kinds() -> dict[str, Callable[[], bytes]]:
+    """The kinds of the second attack pass: parser crashes, runaway extraction, integer
+    overflow, framing, ids and field sizes the first kinds did not reach."""
+    from costmodel.features import SCHEMA_VERSION
+
+    huge_int = "1" + "0" * 400
+    return {
+        "affine-map stack bomb": lambda: _stablehlo(H.affine_bomb()),
+        "affine-map 200k terms": lambda: _stablehlo(H.affine_bomb(200_000, "d0 + ")),
+        "fan-out chain depth 18": lambda: _stablehlo(H.fanout(18)),
+        "200k-op module": lambda: _stablehlo(H.flat(200_000)),
+        "int-overflow dims": lambda: _stablehlo(H.overflow_dims()),
+        "int-overflow dims in a batch": lambda: _json("/v1/predict", json.dumps(
+            {"instances": [{"stablehlo": H.overflow_dims()}, {"stablehlo": SMALL_MODULE}]})),
+        "xchunked transfer encoding": lambda: _raw(
+            "POST /v1/predict HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: xchunked\r\n"
+            "Content-Type: application/json\r\n\r\n2\r\n{}\r\n0\r\n\r\n"),
+        "%00 sample id": lambda: _raw("GET /v1/samples/%00 HTTP/1.1\r\nHost: h\r\n\r\n"),
+        "%00 retrain id": lambda: _raw("GET /v1/retrain/%00 HTTP/1.1\r\nHost: h\r\n\r\n"),
+        "1 MB unknown key": lambda: _json("/v1/predict", '{"' + "k" * MB + '": 1}'),
+        "100k unknown keys": lambda: _json("/v1/predict", json.dumps(
+            {f"k{i:06d}": 1 for i in range(100_000)})),
+        "schema_version 17.0": lambda: _json("/v1/predict", '{"features": {"schema_version": '
+                                             f'{SCHEMA_VERSION}.0}}, "backend": "cpu"}}'),
+        "host_cpu_count 10**400": lambda: _json(
+            "/v1/predict", f'{{"features": {{"schema_version": {SCHEMA_VERSION}, '
+            '"host_cpu_count": ' + huge_int + '}, "backend": "cpu"}'),
+        "5 MB jaxlib_version": lambda: _json("/v1/predict", json.dumps(
+            {"features": {"schema_version": SCHEMA_VERSION, "jaxlib_version": "9" * (5 * MB)},
+             "backend": "cpu"})),
+        "5 MB string attribute": lambda: _stablehlo(H.with_string_attribute("a" * (5 * MB))),
     }
 
 
