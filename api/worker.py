@@ -24,6 +24,7 @@ import time
 from gunicorn import util
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
+from . import memory
 from .errors import ClientTooSlow, error_body, printable
 
 DEFAULT_READ_TIMEOUT = 10.0
@@ -78,7 +79,14 @@ class ServiceWorker(ThreadWorker):
     def init_process(self) -> None:
         # Every error page gunicorn writes in this process goes through util.write_error.
         util.write_error = _json_error
+        memory.fixed_mmap_threshold()
         super().init_process()
+
+    def handle_request(self, req, conn):
+        try:
+            return super().handle_request(req, conn)
+        finally:
+            memory.after_request(req)
 
     def accept(self, listener) -> None:
         try:
