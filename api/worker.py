@@ -17,11 +17,13 @@ every request of its worker.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import time
 
 from gunicorn import util
+from gunicorn.http.errors import UnsupportedTransferCoding
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
 from . import memory
@@ -100,6 +102,13 @@ class ServiceWorker(ThreadWorker):
         self.enqueue_req(TConn(self.cfg, sock, address, listener.getsockname()))
 
     def handle_error(self, req, client, addr, exc) -> None:
+        if isinstance(exc, UnsupportedTransferCoding):
+            # gunicorn answers 501 under the reason "Bad Request": the body of a coding it
+            # cannot read is unreadable, which is the client's error, so 400 it is.
+            with contextlib.suppress(OSError):
+                _json_error(client, 400, "Bad Request",
+                            f"{exc}; this server reads only Transfer-Encoding: chunked")
+            return
         if isinstance(exc, ClientTooSlow):
             self.log.info("request from %s timed out: %s", addr, exc)
             try:

@@ -7,9 +7,12 @@ Starts the real service (gunicorn, 2 workers) on a free 127.0.0.1 port, then
    20 ms;
 2. opens `--slow` connections that send half a request and stall, and probes `/healthz`
    until the server's read deadline has answered them all (408).
+
 Reports statuses by kind, 5xx answers and missing answers (both must be 0), worker
-restarts (the log's "Booting worker" lines beyond the first ones) and the probe's
-latency. Every loop is bounded in count and time; nothing leaves the loopback interface.
+crashes (timeouts, signals, non-zero exits in gunicorn's log: must be 0; recycling after
+MAX_REQUESTS is counted apart) and the probe's latency. Every loop is bounded in count
+and time; nothing leaves the loopback interface. `api_fuzz.py` is the generated
+counterpart: random requests from a grammar, not this list.
 
 Usage:
     python bench/api_faults.py --json bench/results/api_faults.json
@@ -304,6 +307,18 @@ def worker_boots(log_text: str) -> int:
     return log_text.count("Booting worker")
 
 
+def worker_crashes(log_text: str) -> int:
+    """Workers that died or were killed (a timeout, a signal, a non-zero exit); a worker
+    recycled after MAX_REQUESTS (`worker_recycles`) exits cleanly and is not counted."""
+    lines = log_text.splitlines()
+    return sum(1 for line in lines if "WORKER TIMEOUT" in line or "exited with code" in line
+               or ("was sent SIG" in line and "was sent SIGTERM" not in line))
+
+
+def worker_recycles(log_text: str) -> int:
+    return log_text.count("Autorestarting worker")
+
+
 def main(argv: list[str] | None = None) -> int:
     import tempfile
     from pathlib import Path
@@ -329,7 +344,9 @@ def main(argv: list[str] | None = None) -> int:
             booted = worker_boots(server.log_path.read_text())
             hostile = with_probe(server.port, lambda: hostile_run(server.port, args.requests))
             slow = with_probe(server.port, lambda: slow_clients(server.port, args.slow, 60))
-            restarts = worker_boots(server.log_path.read_text()) - booted
+            log_text = server.log_path.read_text()
+            restarts = worker_boots(log_text) - booted
+            crashes, recycles = worker_crashes(log_text), worker_recycles(log_text)
         finally:
             server.stop()
         # The worker this replaced, against the two stalled clients of the bug report.
@@ -341,11 +358,12 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             sync.stop()
     result = {"model": kind, "workers": args.workers, "hostile": hostile, "slow": slow,
-              "worker_restarts": restarts, "sync_worker_two_slow_clients": sync_slow}
+              "worker_restarts": restarts, "worker_crashes": crashes,
+              "worker_recycles": recycles, "sync_worker_two_slow_clients": sync_slow}
     print(json.dumps({k: v for k, v in result.items()}, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
-    ok = (hostile["server_errors"] == 0 and hostile["no_answer"] == 0 and restarts == 0
+    ok = (hostile["server_errors"] == 0 and hostile["no_answer"] == 0 and crashes == 0
           and slow["answers"].get("None", 0) == 0)
     return 0 if ok else 1
 

@@ -26,7 +26,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 
-from api_faults import HOST, HealthProbe, send, worker_boots
+from api_faults import HOST, HealthProbe, send, worker_boots, worker_crashes, worker_recycles
 
 DTYPES = ["f32", "f16", "bf16", "f64", "i1", "i8", "i32", "i64", "ui8", "complex<f32>"]
 DIMS = [0, 1, 2, 3, 7, 64, 1000, 2**31, 2**63 - 1, 2**64, -1]
@@ -159,24 +159,40 @@ def body(rng: random.Random) -> dict:
     return out
 
 
-def case(seed: int, index: int, samples_token: str) -> tuple[str, bytes]:
-    """(route, raw request) of case `index`: rebuilt from (seed, index) alone."""
+def request(seed: int, index: int) -> dict:
+    """Case `index` of `seed` as parts: method, path, body, and a header line mutated or
+    None; rebuilt from (seed, index) alone."""
     rng = random.Random(f"{seed}-{index}")
     route = rng.choice(ROUTES)
     if rng.random() < 0.08:
-        target = rng.choice(["/v1/samples/", "/v1/retrain/"]) + rng.choice(
+        path = rng.choice(["/v1/samples/", "/v1/retrain/"]) + rng.choice(
             ["%00", "%ff", "0" * 32, "../x", "%2e%2e", "a" * 5000, "é"])
-        return "GET ids", f"GET {target} HTTP/1.1\r\nHost: h\r\n\r\n".encode()
+        return {"route": "GET ids", "method": "GET", "path": path, "body": b"",
+                "mutated": None}
     payload = json.dumps(body(rng), ensure_ascii=rng.random() < 0.5).encode(
         "utf-8", "surrogatepass")
-    headers = [f"POST {route} HTTP/1.1", f"Host: {HOST}", "Content-Type: application/json",
-               f"Content-Length: {len(payload)}", "Connection: close"]
-    if route == "/v1/samples":
+    mutated = None
+    if rng.random() < 0.1:  # framing: a mutated header line (never a longer body)
+        line = rng.choice([f"Host: {HOST}", "Content-Type: application/json", "Connection: close"])
+        mutated = mutate(line, rng).replace("\r", "").replace("\n", "") or "X: y"
+    return {"route": route, "method": "POST", "path": route, "body": payload,
+            "mutated": mutated}
+
+
+def case(seed: int, index: int, samples_token: str) -> tuple[str, bytes]:
+    """(route, raw request bytes) of case `index` of `seed`."""
+    parts = request(seed, index)
+    if parts["method"] == "GET":
+        return parts["route"], f"GET {parts['path']} HTTP/1.1\r\nHost: h\r\n\r\n".encode()
+    headers = [f"POST {parts['path']} HTTP/1.1", f"Host: {HOST}",
+               "Content-Type: application/json", f"Content-Length: {len(parts['body'])}",
+               "Connection: close"]
+    if parts["path"] == "/v1/samples":
         headers.append(f"Authorization: Bearer {samples_token}")
-    if rng.random() < 0.1:  # framing: a mutated header among them (never a longer body)
-        i = rng.randrange(1, len(headers))
-        headers[i] = mutate(headers[i], rng).replace("\r", "").replace("\n", "") or "X: y"
-    return route, ("\r\n".join(headers) + "\r\n\r\n").encode("utf-8", "surrogatepass") + payload
+    if parts["mutated"] is not None:
+        headers.append(parts["mutated"])
+    head = ("\r\n".join(headers) + "\r\n\r\n").encode("utf-8", "surrogatepass")
+    return parts["route"], head + parts["body"]
 
 
 def fuzz(port: int, seed: int, cases: int, threads: int, token: str,
@@ -262,7 +278,10 @@ def main(argv: list[str] | None = None) -> int:
                           args.seconds)
             result["seconds"] = round(time.monotonic() - started, 1)
             result["healthz"] = probe.stop()
-            result["worker_restarts"] = worker_boots(server.log_path.read_text()) - booted
+            log_text = server.log_path.read_text()
+            result["worker_restarts"] = worker_boots(log_text) - booted
+            result["worker_crashes"] = worker_crashes(log_text)
+            result["worker_recycles"] = worker_recycles(log_text)
         finally:
             server.stop()
     result = {"model": kind, "workers": args.workers, **result}
@@ -270,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
     ok = result["server_errors"] == 0 and result["no_answer"] == 0 and \
-        result["worker_restarts"] == 0
+        result["worker_crashes"] == 0
     return 0 if ok else 1
 
 

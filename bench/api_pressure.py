@@ -23,7 +23,7 @@ import threading
 import time
 
 import _hostile_modules as H
-from api_faults import HOST, _post, send, worker_boots
+from api_faults import HOST, _post, send, worker_boots, worker_crashes, worker_recycles
 
 MB = 2**20
 
@@ -145,11 +145,14 @@ def main(argv: list[str] | None = None) -> int:
             booted = worker_boots(server.log_path.read_text())
             result = (memory(server, args.requests) if args.mode == "memory"
                       else beside(server, args.seconds))
-            restarts = worker_boots(server.log_path.read_text()) - booted
+            log_text = server.log_path.read_text()
+            restarts = worker_boots(log_text) - booted
+            crashes, recycles = worker_crashes(log_text), worker_recycles(log_text)
         finally:
             server.stop()
     result = {"mode": args.mode, "model": kind, "workers": args.workers, "host": HOST,
-              **result, "worker_boots_after_start": restarts}
+              **result, "worker_boots_after_start": restarts,
+              "worker_crashes": crashes, "worker_recycles": recycles}
     print(json.dumps(result, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
