@@ -15,6 +15,7 @@ from typing import Any
 import pydantic
 from flask import current_app
 from pydantic import TypeAdapter
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from costmodel.features import (
     SCHEMA_VERSION,
@@ -71,8 +72,21 @@ def program_features(program: Program, where: str = "") -> Features:
                     target=program.target)
 
 
+def statement_count(text: str) -> int:
+    """At least the ops of module text, counted without parsing it: every op with results
+    has one `=` (attributes add more), and an op without results that StableHLO allows
+    many of is a `return`."""
+    return text.count("=") + text.count("return")
+
+
 def from_text(text: str, parse: Callable[[str], Any], where: str = "") -> Any:
-    """`parse(text)` of a `stablehlo` field, every way the text can be bad a 400."""
+    """`parse(text)` of a `stablehlo` field, every way the text can be bad a 400; a module
+    of more ops than MAX_MODULE_OPS a 413, before it is parsed."""
+    limit = current_app.config.get("MAX_MODULE_OPS") or 0
+    if limit and (count := statement_count(text)) > limit:
+        raise RequestEntityTooLarge(
+            f"{where}stablehlo: holds up to {count} ops (counted from its text); this server "
+            f"takes modules of at most {limit} (MAX_MODULE_OPS)")
     try:
         return parse(text)
     except RefusedText as exc:

@@ -246,3 +246,32 @@ _DOT = """module @m {
     return %0 : tensor<8x4xf32>
   }
 }"""
+
+
+def test_the_service_refuses_a_module_of_more_ops_than_it_takes_before_parsing(tmp_path):
+    app = create_app(config(tmp_path, train_artifact(tmp_path / "cpu"), MAX_MODULE_OPS=50))
+    client = app.test_client()
+    assert client.post("/v1/predict", json={"stablehlo": flat(48)}).status_code == 200
+    response = client.post("/v1/predict", json={"stablehlo": flat(60)})
+    assert (response.status_code, response.json["description"]) == (413, (
+        "stablehlo: holds up to 61 ops (counted from its text); this server takes modules "
+        "of at most 50 (MAX_MODULE_OPS)"))
+    batch = client.post("/v1/predict", json={"instances": [{"stablehlo": flat(4)},
+                                                           {"stablehlo": flat(60)}]})
+    assert batch.status_code == 413 and batch.json["description"].startswith("instances[1]")
+
+
+def test_the_default_limit_refuses_a_200k_op_module_in_under_a_second(tmp_path):
+    app = create_app(config(tmp_path, train_artifact(tmp_path / "cpu")))
+    assert app.config["MAX_MODULE_OPS"] == 100_000
+    # as compact as the syntax allows: 7.8 MiB, under the 8 MiB body limit
+    text = " ".join(["module{func.func @main(%a:tensor<f32>)->tensor<f32>{",
+                     "%0=stablehlo.abs %a:tensor<f32>",
+                     *(f"%{i}=stablehlo.abs %{i - 1}:tensor<f32>" for i in range(1, 200_000)),
+                     "return %199999:tensor<f32>}}"])
+    body = json.dumps({"stablehlo": text})
+    assert len(body) < app.config["MAX_CONTENT_LENGTH"]
+    response, seconds = timed(lambda: app.test_client().post(
+        "/v1/predict", data=body, content_type="application/json"))
+    assert response.status_code == 413 and "MAX_MODULE_OPS" in response.json["description"]
+    assert seconds < 1.0
