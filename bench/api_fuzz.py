@@ -41,7 +41,10 @@ DENSE = ["0.0", "[1, 2]", '"0xDEAD"', "true"]
 ROUTES = ["/v1/predict", "/v1/predict", "/v1/advise", "/v1/blame", "/v1/samples"]
 
 
-def tensor_type(rng: random.Random) -> str:
+def tensor_type(rng: random.Random, wild: bool = True) -> str:
+    if not wild:  # what a valid module of float elementwise math takes
+        dims = [str(rng.choice([1, 2, 3, 7, 64])) for _ in range(rng.randint(0, 4))]
+        return f"tensor<{'x'.join([*dims, rng.choice(['f32', 'f16', 'bf16', 'f64'])])}>"
     rank = rng.choice([0, 0, 1, 2, 2, 3, 4, rng.randint(5, 80)])
     dims = [str(rng.choice(DIMS[:7]) if rng.random() < 0.9 else rng.choice(DIMS))
             for _ in range(rank)]
@@ -66,23 +69,27 @@ def attribute(rng: random.Random, depth: int = 0) -> str:
     return f"#stablehlo<comparison_direction {rng.choice(['EQ', 'LT', 'XX'])}>"
 
 
-def function(rng: random.Random, name: str, callees: list[str]) -> str:
-    kind = tensor_type(rng)
+def function(rng: random.Random, name: str, callees: list[str], kind: str | None) -> str:
+    """A function of `kind` to `kind`; any type, op and attribute when `kind` is None."""
+    wild = kind is None
+    kind = kind or tensor_type(rng)
+    unary, binary = (UNARY, BINARY) if wild else (UNARY[:7], BINARY[:5])
     lines = [f"  func.func {rng.choice(['public', 'private'])} @{name}(%arg0: {kind}) -> {kind} {{"]
     last = "%arg0"
     for i in range(rng.randint(0, 12)):
         pick = rng.random()
         if pick < 0.4:
-            op = f"stablehlo.{rng.choice(UNARY)} {last}"
+            op = f"stablehlo.{rng.choice(unary)} {last}"
         elif pick < 0.7:
-            op = f"stablehlo.{rng.choice(BINARY)} {last}, %arg0"
+            op = f"stablehlo.{rng.choice(binary)} {last}, %arg0"
         elif pick < 0.85 and callees:
             lines.append(f"    %{i} = call @{rng.choice(callees)}({last}) : ({kind}) -> {kind}")
             last = f"%{i}"
             continue
         else:
-            op = (f'"stablehlo.custom_call"({last}) {{call_target_name = '
-                  f"{attribute(rng)}, x.a = {attribute(rng)}}}")
+            target, extra = ((attribute(rng), attribute(rng)) if wild
+                             else ('"fuzz_target"', rng.choice(['"s"', "3 : i64", "[1, 2]"])))
+            op = f'"stablehlo.custom_call"({last}) {{call_target_name = {target}, x.a = {extra}}}'
             lines.append(f"    %{i} = {op} : ({kind}) -> {kind}")
             last = f"%{i}"
             continue
@@ -94,13 +101,19 @@ def function(rng: random.Random, name: str, callees: list[str]) -> str:
 
 
 def module(rng: random.Random) -> str:
+    """Half the modules valid (float math, calls to earlier functions), half wild (any
+    type, attribute and call, recursion included)."""
+    wild = rng.random() < 0.5
+    kind = None if wild else tensor_type(rng, wild=False)
     names = [f"f{i}" for i in range(rng.randint(0, 5))]
-    # callees are earlier functions, and now and then itself or a later one (recursion)
-    funcs = [function(rng, name, names[:i] + (names[i:i + 2] if rng.random() < 0.1 else []))
-             for i, name in enumerate(names)]
-    funcs.append(function(rng, "main", names))
-    head = "module @m" + (f" attributes {{x.a = {attribute(rng)}}}" if rng.random() < 0.3
-                          else "")
+    funcs = []
+    for i, name in enumerate(names):
+        # callees are earlier functions; a wild one now and then itself or a later one
+        later = names[i:i + 2] if wild and rng.random() < 0.2 else []
+        funcs.append(function(rng, name, names[:i] + later, kind))
+    funcs.append(function(rng, "main", names, kind))
+    attributes = attribute(rng) if wild else '"x"'
+    head = "module @m" + (f" attributes {{x.a = {attributes}}}" if rng.random() < 0.3 else "")
     return head + " {\n" + "\n".join(funcs) + "\n}\n"
 
 

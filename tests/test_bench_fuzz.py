@@ -41,7 +41,8 @@ def test_generated_requests_get_no_server_error_in_process(fuzz, tmp_path):
                                headers=headers)
         statuses[response.status_code] += 1
         assert response.status_code < 500, (index, response.json)
-    assert sum(statuses.values()) > 45 and any(s == 400 for s in statuses)
+    # half the modules are valid before mutation: some get predictions, most are refused
+    assert sum(statuses.values()) > 45 and statuses[200] > 2 and statuses[400] > 20
 
 
 def test_crashed_workers_are_told_from_recycled_ones():
