@@ -275,3 +275,22 @@ def test_the_default_limit_refuses_a_200k_op_module_in_under_a_second(tmp_path):
         "/v1/predict", data=body, content_type="application/json"))
     assert response.status_code == 413 and "MAX_MODULE_OPS" in response.json["description"]
     assert seconds < 1.0
+
+
+def test_objects_of_too_many_fields_are_refused_before_validation(tmp_path):
+    app = create_app(config(tmp_path, train_artifact(tmp_path / "cpu")))
+    client = app.test_client()
+    keys = {f"k{i:06d}": 1 for i in range(100_000)}
+    body = json.dumps(keys)
+    response, seconds = timed(lambda: client.post("/v1/predict", data=body,
+                                                  content_type="application/json"))
+    assert (response.status_code, response.json["description"]) == (
+        400, "body: an object of 100000 fields; at most 1024 are read")
+    assert seconds < 1.0
+    batch = client.post("/v1/predict", json={"instances": [
+        {"stablehlo": flat(2)}, {"features": keys, "backend": "cpu"}]})
+    assert batch.json["description"] == (
+        "instances[1].features: an object of 100000 fields; at most 1024 are read")
+    # a few unknown fields are still named, as validation names them
+    few = client.post("/v1/predict", json={"stablehlo": flat(2), "k": 1})
+    assert few.status_code == 400 and few.json["description"].startswith("unknown field(s): k")
