@@ -55,8 +55,9 @@ def request_models(max_batch: int, max_sample_bytes: float) -> RequestModels:
 
 # The largest object a valid body holds is a feature vector (about 120 names). Past this,
 # an object is refused before validation, which reports each unknown field (100k of them
-# took 2 s of CPU to describe).
-MAX_OBJECT_FIELDS = 1024
+# took 2 s of CPU to describe; a few thousand, as a client's mistake may send, take ~0.1 s
+# and are named).
+MAX_OBJECT_FIELDS = 4096
 
 
 def _check_object_sizes(body: Any) -> None:
@@ -64,7 +65,7 @@ def _check_object_sizes(body: Any) -> None:
     with more than MAX_OBJECT_FIELDS fields."""
     found = [("", body)]
     if isinstance(body, dict) and isinstance(body.get("instances"), list):
-        found += [(f"instances[{i}].", item) for i, item in enumerate(body["instances"][:1024])]
+        found += [(f"instances[{i}].", item) for i, item in enumerate(body["instances"][:MAX_OBJECT_FIELDS])]
     for where, value in list(found):
         if isinstance(value, dict):
             found += [(f"{where}{key}.", value.get(key)) for key in ("features", "environment")]

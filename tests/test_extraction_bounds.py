@@ -285,12 +285,12 @@ def test_objects_of_too_many_fields_are_refused_before_validation(tmp_path):
     response, seconds = timed(lambda: client.post("/v1/predict", data=body,
                                                   content_type="application/json"))
     assert (response.status_code, response.json["description"]) == (
-        400, "body: an object of 100000 fields; at most 1024 are read")
+        400, "body: an object of 100000 fields; at most 4096 are read")
     assert seconds < 1.0
     batch = client.post("/v1/predict", json={"instances": [
         {"stablehlo": flat(2)}, {"features": keys, "backend": "cpu"}]})
     assert batch.json["description"] == (
-        "instances[1].features: an object of 100000 fields; at most 1024 are read")
+        "instances[1].features: an object of 100000 fields; at most 4096 are read")
     # a few unknown fields are still named, as validation names them
     few = client.post("/v1/predict", json={"stablehlo": flat(2), "k": 1})
     assert few.status_code == 400 and few.json["description"].startswith("unknown field(s): k")
