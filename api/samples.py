@@ -17,7 +17,7 @@ from flask import Blueprint, current_app, request, url_for
 from werkzeug.exceptions import NotFound
 
 from costmodel.features import ALL_FEATURES, Features
-from costmodel.training.store import dataset
+from costmodel.measure.rows import make_row
 
 from .auth import require_token
 from .db import Database, shown_id, well_formed_id
@@ -99,7 +99,7 @@ def _dataset_row(sample: dict[str, Any]) -> dict[str, Any]:
               # one measurement: its repeats are itself, as the harness would record them
               "compile_seconds_all": [sample["compile_seconds"]], "repeats": 1}
     environment = {k: v for k, v in sample["environment"].items() if k in ROW_ENVIRONMENT}
-    row = dataset.make_row(FAMILY, {"program_sha256": sample["program_sha256"]},
+    row = make_row(FAMILY, {"program_sha256": sample["program_sha256"]},
                            sample["backend"], sample["target"], result, environment)
     # The stored id, so retraining twice sees the same rows (and the same holdout split).
     row["row_id"] = sample["id"]

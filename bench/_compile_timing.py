@@ -47,7 +47,7 @@ def interleaved(builds: Mapping[str, Build], repeats: int) -> dict[str, list[flo
 def with_reference(builds: Mapping[str, Build], repeats: int) -> dict[str, list[float]]:
     """`interleaved` over the reference program (key "(reference)") and `builds`, with the
     persistent cache off and the backend's first-compile costs taken off the clock."""
-    from costmodel.training.corpus.reference import build_reference
+    from costmodel.measure.reference import build_reference
 
     jax.config.update("jax_enable_compilation_cache", False)
     compile_seconds(*build_reference())

@@ -58,8 +58,8 @@ def builder(family: str, params: dict):
 
 def timed(build, place, events, traced: bool) -> dict:
     """One compile, plain or under a PhaseTrace: its seconds and (traced) its phases."""
-    from costmodel.training.measure.harness import compile_once
-    from costmodel.training.measure.phases import PhaseTrace
+    from costmodel.measure.harness import compile_once
+    from costmodel.measure.phases import PhaseTrace
 
     trace = PhaseTrace() if traced else None
     start = time.perf_counter()
@@ -72,7 +72,7 @@ def timed(build, place, events, traced: bool) -> dict:
 
 
 def summarize(family: str, params: dict, shipped: float, plain: list, traced: list) -> dict:
-    from costmodel.training.measure.phases import PHASES, explained_seconds
+    from costmodel.measure.phases import PHASES, explained_seconds
 
     ratios = [t["seconds"] / p["seconds"] for p, t in zip(plain, traced)]
     unexplained = [1 - explained_seconds(t["phases"]) / t["seconds"] for t in traced]
@@ -104,8 +104,8 @@ def started_cpu(description: str, out: Path):
     import jax
 
     jax.config.update("jax_enable_compilation_cache", False)
-    from costmodel.training.corpus.reference import build_reference
-    from costmodel.training.measure.harness import CompileEvents, compile_once, placement
+    from costmodel.measure.harness import CompileEvents, compile_once, placement
+    from costmodel.measure.reference import build_reference
 
     events, place = CompileEvents(), placement("cpu", "")
     compile_once(build_reference, place, events)
@@ -114,7 +114,7 @@ def started_cpu(description: str, out: Path):
 
 def main() -> None:
     args, events, place = started_cpu(__doc__.splitlines()[0], OUT)
-    from costmodel.training.measure.machine import environment
+    from costmodel.measure.machine import environment
 
     builds = [builder(family, params) for family, params, _ in PROGRAMS]
     plain = [[] for _ in PROGRAMS]

@@ -38,8 +38,8 @@ def profiled(build) -> tuple[float, float]:
 
 def main() -> None:
     args, events, place = started_cpu(__doc__.splitlines()[0], OUT)
-    from costmodel.training.measure.harness import compile_once
-    from costmodel.training.measure.machine import environment
+    from costmodel.measure.harness import compile_once
+    from costmodel.measure.machine import environment
 
     rows = []
     for family, params, _ in PROGRAMS:

@@ -10,7 +10,7 @@ from typing import Any
 
 from costmodel.features import Features
 
-from . import _hlo_rewrite, _rewrite
+from . import _hlo_rewrite, _hlo_split, _rewrite
 from ._lowering import features_of
 from ._predict import Prediction, _fmt_bytes, _fmt_seconds, predict_features
 
@@ -169,8 +169,8 @@ def _scan_text_alternative(text: str, features: Features, model) -> Alternative 
 
 
 def _split_text_alternative(text: str, features: Features, model) -> Alternative | None:
-    """`_split_alternative` made on StableHLO text (`_hlo_rewrite.inner_jit_texts`)."""
-    parts, glue = _hlo_rewrite.inner_jit_texts(text)
+    """`_split_alternative` made on StableHLO text (`_hlo_split.inner_jit_texts`)."""
+    parts, glue = _hlo_split.inner_jit_texts(text)
     if not parts:
         return None
     programs = [part for _, part in parts] + ([glue] if glue is not None else [])
@@ -254,7 +254,7 @@ def advise_stablehlo(text: str, features: Features, budget_seconds: float = 10.0
     """Advice for a program given as StableHLO text (`features` are the text's, so it
     passed the text guard: it is not checked again): the same
     alternatives `advise_program` rewrites a trace into, made on the text instead
-    (`_hlo_rewrite`). The text names no source lines, so descriptions name none."""
+    (`_hlo_rewrite`, `_hlo_split`). The text names no source lines, so descriptions name none."""
     budget_seconds = check_budget(budget_seconds)
     whole = predict_features(features, model=model)
     alternatives = [alt for alt in (_scan_text_alternative(text, features, model),

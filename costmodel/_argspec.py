@@ -32,7 +32,7 @@ def parse_arg(spec: str):
 
 def import_module_or_file(where: str):
     """Import `package.module` or a file `path/to/file.py` (run as a fresh module)."""
-    from costmodel.training.measure import user_modules
+    from costmodel.measure import user_modules
 
     try:
         return user_modules.import_module_or_file(where)

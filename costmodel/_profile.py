@@ -2,7 +2,7 @@
 
 Compiles the program once under a `jax.profiler` trace (after a warm-up compile of the
 reference program, so backend and LLVM start-up are not charged to it) and reads XLA's
-own phase events (`costmodel.training.measure.phases`): HLO passes, the backend (code
+own phase events (`costmodel.measure.phases`): HLO passes, the backend (code
 generation, LLVM), the rest, and the slowest HLO passes. The prediction's parts come
 from the model's phase shares, so predicted and measured sit in one table. Tracing adds
 about 1% to the compile it measures (`bench/profile_overhead.py`: profiled/plain 1.009
@@ -86,9 +86,9 @@ class Profile:
 
 def profile_stage(stage) -> Profile:
     """Profile the compile of a `Stage` for JAX's backend here (see the module doc)."""
-    from costmodel.training.corpus.reference import build_reference
-    from costmodel.training.measure.harness import CompileEvents, compile_once, placement
-    from costmodel.training.measure.phases import PhaseTrace, part_seconds
+    from costmodel.measure.harness import CompileEvents, compile_once, placement
+    from costmodel.measure.phases import PhaseTrace, part_seconds
+    from costmodel.measure.reference import build_reference
 
     prediction = stage.predict()
     events = CompileEvents()

@@ -7,7 +7,7 @@ so the same program always gets the same key and different programs never share 
 JAX compiles operations run outside jit, and its own jitted helpers called eagerly
 (`jnp.sum(x)`, `jax.random.normal`), the same way; those are not the user's programs and
 are left out, as are persistent-cache hits (no compile happened). The machine's
-reference time (the fixed program of `training/corpus/reference.py`) is timed once per block,
+reference time (the fixed program of `measure/reference.py`) is timed once per block,
 at its first recorded compile, so recorded rows normalize for load and machine speed
 like sweep rows. Rows are appended durably in the dataset format, so `costmodel train
 --data PATH` can retrain on the user's own workload.
@@ -77,7 +77,7 @@ def program_params(text: str) -> dict:
 
 
 def _executable_memory(executable) -> dict:
-    from costmodel.training.measure.harness import memory_fields
+    from costmodel.measure.harness import memory_fields
 
     # memory_fields reads a jax Compiled; the backend's executable has the same statistics
     return memory_fields(SimpleNamespace(memory_analysis=executable.get_compiled_memory_stats))
@@ -88,7 +88,7 @@ def time_reference() -> float | None:
     timed one, as the harness does), or None when the persistent cache answered."""
     import jax
 
-    from costmodel.training.corpus.reference import build_reference
+    from costmodel.measure.reference import build_reference
 
     _state.internal = True
     try:
@@ -145,7 +145,7 @@ class record:  # noqa: N801 - reads as a verb: `with costmodel.record(path):`
         from costmodel._extras import require
 
         require("train", "costmodel.record")  # rows are dataset rows; RSS needs psutil
-        from costmodel.training.store.dataset import ShardWriter
+        from costmodel.measure.rows import ShardWriter
 
         _listen_for_cache_hits()
         self._writer = ShardWriter(self.path)
@@ -185,7 +185,7 @@ class record:  # noqa: N801 - reads as a verb: `with costmodel.record(path):`
 
     # capture ---------------------------------------------------------------------
     def _wrap(self, original):
-        from costmodel.training.measure.harness import RssSampler
+        from costmodel.measure.harness import RssSampler
 
         def compile_or_get_cached(backend, computation, devices, *args, **kwargs):
             if getattr(_state, "internal", False) or is_jax_internal(
@@ -212,8 +212,8 @@ class record:  # noqa: N801 - reads as a verb: `with costmodel.record(path):`
 
     def _store(self, text: str, platform: str, seconds: float, peak_rss: int,
                executable) -> None:
-        from costmodel.training.measure.machine import environment
-        from costmodel.training.store.dataset import make_row
+        from costmodel.measure.machine import environment
+        from costmodel.measure.rows import make_row
 
         backend = self.backend or ("cpu" if platform == "cpu" else "gpu")
         target = self.target or ("" if backend == "cpu" else "h100")

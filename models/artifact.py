@@ -22,6 +22,7 @@ import numpy as np
 
 from costmodel.features import MODEL_FEATURES, SCHEMA_VERSION, Placement, normalize_target
 
+from .device_correction import DeviceCorrection
 from .predictor import Predictor
 
 MODEL_FILE = "model.npz"
@@ -50,6 +51,8 @@ class Artifact:
     path: Path
     manifest: dict
     predictor: Predictor
+    # TPU models: the step from deviceless compiles here to compiles on the chip's host
+    device_correction: DeviceCorrection | None = None
 
     @property
     def name(self) -> str:
@@ -77,7 +80,15 @@ class Artifact:
         if not inputs:
             return {t: {k: np.array([]) for k in ("point", "lo", "hi")}
                     for t in self.manifest["targets"]}
-        return self.predictor.predict(inputs)
+        return self.on_device(inputs, self.predictor.predict(inputs))
+
+    def on_device(self, inputs: list[dict[str, float]], out: dict) -> dict:
+        """`out` (the predictor's) with compile time moved to the chip's host when the
+        model has a device correction; as it is otherwise."""
+        if self.device_correction is None or "compile_seconds" not in out:
+            return out
+        point, lo, hi = self.device_correction.apply(inputs, out["compile_seconds"]["point"])
+        return {**out, "compile_seconds": {"point": point, "lo": lo, "hi": hi}}
 
 
 def sha256_of(path: Path) -> str:
@@ -155,7 +166,22 @@ def load(path: str | os.PathLike) -> Artifact:
         predictor = Predictor.load(path / MODEL_FILE)
     except (OSError, ValueError, KeyError) as exc:
         raise ArtifactError(f"unreadable {MODEL_FILE} at {path}: {exc}") from None
-    return Artifact(path=path, manifest=manifest, predictor=predictor)
+    return Artifact(path=path, manifest=manifest, predictor=predictor,
+                    device_correction=_device_correction(path, manifest))
+
+
+def _device_correction(path: Path, manifest: dict) -> DeviceCorrection | None:
+    entry = manifest.get("device_correction")
+    if entry is None:
+        return None
+    file = path / str(entry.get("file", ""))
+    if not file.is_file() or sha256_of(file) != entry.get("sha256"):
+        raise ArtifactError(f"device correction of {path} is missing or fails its sha256 "
+                            f"check ({file.name})")
+    try:
+        return DeviceCorrection.load(file)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ArtifactError(f"unreadable {file.name} at {path}: {exc}") from None
 
 
 def default_path(backend: str = "cpu", target: str = "") -> Path:

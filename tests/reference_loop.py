@@ -11,8 +11,8 @@ if __name__ == "__main__":
     # before jax starts: XLA sizes its thread pools by the CPUs it may use
     os.sched_setaffinity(0, {int(cpu) for cpu in sys.argv[2].split(",")})
     os.environ["JAX_PLATFORMS"] = "cpu"
-    from costmodel.training.corpus.reference import build_reference
-    from costmodel.training.measure.harness import CompileEvents, compile_once, placement
+    from costmodel.measure.harness import CompileEvents, compile_once, placement
+    from costmodel.measure.reference import build_reference
 
     events, place = CompileEvents(), placement("cpu", "")
     compile_once(build_reference, place, events)  # warm-up, as the harness does

@@ -11,7 +11,8 @@ import pytest
 from test_api_support import config
 
 import costmodel
-from costmodel._hlo_rewrite import inner_jit_texts, scan_text
+from costmodel._hlo_rewrite import scan_text
+from costmodel._hlo_split import inner_jit_texts
 from costmodel.api import create_app
 from costmodel.models import default_path
 

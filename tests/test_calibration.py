@@ -9,8 +9,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from calibration_figures import TRAINING, OpsModel, measured_here, training_figures, with_inputs
 
 from costmodel.features.environment import cpu_model, host_cpu_count
+from costmodel.measure.phases import part_seconds
 from costmodel.models.calibration import Calibration, load_calibration, widen_interval
 from costmodel.models.table import Table
 from costmodel.training.fitting.phase_model import TERMS, fit_phase_shares
@@ -27,43 +29,25 @@ from costmodel.training.measure.calibrate import (
     reference_speed_scale,
     training_set,
 )
-from costmodel.training.measure.phases import part_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
-# Shares of the five calibration programs on the training machine (hlo, backend, other),
-# as its sweep measured them, and their compile seconds there.
-TRAINING = {"reference": (0.10, (0.15, 0.45, 0.40)), "fold": (0.40, (0.77, 0.02, 0.21)),
-            "mixed": (0.54, (0.22, 0.56, 0.22)), "codegen": (1.53, (0.02, 0.95, 0.03)),
-            "train_step": (1.78, (0.23, 0.66, 0.11))}
-
-
-def _training():
-    return {p: {"compile_seconds": s, "parts": dict(zip(("hlo", "backend", "other"),
-                                                        np.multiply(s, shares)))}
-            for p, (s, shares) in TRAINING.items()}
-
-
-def _here(factors, refs=None):
-    refs = refs or [None] * len(TRAINING)
-    return {p: {"compile_seconds": sum(v * factors[k] for k, v in t["parts"].items()),
-                "ref_seconds": ref, "parts": None}
-            for (p, t), ref in zip(_training().items(), refs)}
 
 
 def test_part_factors_come_back_from_a_machine_slower_in_the_backend_only():
-    overall, parts = part_scales(_here({"hlo": 1.0, "backend": 2.0, "other": 1.0}), _training())
+    overall, parts = part_scales(measured_here({"hlo": 1.0, "backend": 2.0, "other": 1.0}),
+                                 training_figures())
     assert overall == pytest.approx(1.56)  # median of the five programs' ratios
     # the true factors are 1, 2, 1; the ridge that keeps noise out pulls them a little
     # toward the overall factor (the part "other" most, as fewest programs lean on it)
     assert parts == pytest.approx({"hlo": 1.01, "backend": 1.92, "other": 1.21}, abs=0.01)
     # one tiny reference program would have said 1.45 for every program
-    assert _here({"hlo": 1.0, "backend": 2.0, "other": 1.0})["reference"]["compile_seconds"] \
+    assert measured_here({"hlo": 1.0, "backend": 2.0, "other": 1.0})["reference"]["compile_seconds"] \
         / 0.10 == pytest.approx(1.45)
 
 
 def test_a_machine_uniformly_faster_gets_that_factor_for_every_part():
-    overall, parts = part_scales(_here(dict.fromkeys(("hlo", "backend", "other"), 0.6)),
-                                 _training())
+    overall, parts = part_scales(measured_here(dict.fromkeys(("hlo", "backend", "other"), 0.6)),
+                                 training_figures())
     assert overall == pytest.approx(0.6)
     assert parts == pytest.approx(dict.fromkeys(("hlo", "backend", "other"), 0.6))
 
@@ -82,31 +66,19 @@ def test_the_factor_is_the_reference_speed_here_to_the_models_power():
     assert reference_speed_scale(None, 0.10, 0.83) is None
     assert reference_speed_scale(0.12, None, 0.83) is None
     assert reference_speed_scale(0.12, 0.10, 0.0) is None
-    assert median_reference(_here(dict.fromkeys(("hlo", "backend", "other"), 1.0),
+    assert median_reference(measured_here(dict.fromkeys(("hlo", "backend", "other"), 1.0),
                                   (0.11, None, 0.15, 0.12, 0.14))) == pytest.approx(0.13)
 
 
-class OpsModel:
-    """A model stand-in whose prediction of a program is 1 ms per HLO op (the unit under
-    test is calibrate, which divides by whatever the model says)."""
-
-    def predict(self, inputs):
-        return {"compile_seconds": {"point": np.array([i["hlo_ops"] * 1e-3 for i in inputs])}}
-
-
-def _with_inputs(here, ops):
-    return {p: {**f, "model_inputs": {"hlo_ops": n}} for (p, f), n in zip(here.items(), ops)}
-
-
 def test_the_model_ratio_is_the_median_of_the_sets_ratios_to_the_models_predictions():
-    here = _here({"hlo": 1.0, "backend": 2.0, "other": 1.0}, (0.11, 0.12, 0.13, 0.14, 0.15))
+    here = measured_here({"hlo": 1.0, "backend": 2.0, "other": 1.0}, (0.11, 0.12, 0.13, 0.14, 0.15))
     seconds = [f["compile_seconds"] for f in here.values()]  # 0.145, 0.408, 0.8424, 2.98, 2.95
     predicted = dict(zip(here, (0.2, 0.5, 1.0, 4.0, 2.0)))
     ratios = sorted(s / p for s, p in zip(seconds, predicted.values()))
     assert model_ratio_scale(here, predicted) == pytest.approx(ratios[2])
     assert model_ratio_scale(here, predicted) == pytest.approx(0.8160)  # the fold program: 0.408 / 0.5
     manifest = {"reference_seconds": 0.1, "reference_power": 0.8}
-    ways = candidates(here, _training(), manifest, predicted)
+    ways = candidates(here, training_figures(), manifest, predicted)
     assert ways == {"model_ratio": pytest.approx(0.8160), "reference_speed":
                     pytest.approx(1.3 ** 0.8), "calibration_set": pytest.approx(1.56),
                     "reference_only": pytest.approx(1.45)}
@@ -127,10 +99,10 @@ def test_the_model_ratio_is_the_median_of_the_sets_ratios_to_the_models_predicti
 def test_calibrate_applies_the_model_ratio_and_records_every_candidate(tmp_path, monkeypatch):
     from costmodel.training.measure import calibrate as module
 
-    here = _with_inputs(_here({"hlo": 1.0, "backend": 2.0, "other": 1.0},
+    here = with_inputs(measured_here({"hlo": 1.0, "backend": 2.0, "other": 1.0},
                               (0.11, 0.12, 0.13, 0.14, 0.15)), (200, 500, 1000, 4000, 2000))
     monkeypatch.setattr(module, "measure_set", lambda programs, progress=None: here)
-    manifest = {"version": "test", "calibration_set": _training(), "reference_seconds": 0.1,
+    manifest = {"version": "test", "calibration_set": training_figures(), "reference_seconds": 0.1,
                 "reference_power": 0.8}
     path = tmp_path / "calibration.json"
     record = calibrate(path=path, manifest=manifest, model=OpsModel(), rounds=1)
@@ -239,7 +211,7 @@ def test_calibrate_measures_the_set_here(tmp_path):
     from costmodel.models import load_default
 
     # the model's figures: this machine's own, so the factors come out near 1
-    manifest = {"version": "test", "calibration_set": _training()}
+    manifest = {"version": "test", "calibration_set": training_figures()}
     record = calibrate(path=tmp_path / "calibration.json", manifest=manifest,
                        model=load_default("cpu"), rounds=2)
     assert set(record["programs"]) == set(TRAINING)
@@ -273,7 +245,7 @@ def test_rounds_combine_into_each_programs_median():
     assert combined["b"] == {"compile_seconds": 2.5, "ref_seconds": pytest.approx(0.3),
                              "parts": None, "model_inputs": None}
     with pytest.raises(ValueError, match="rounds"):
-        calibrate(manifest={"calibration_set": _training()}, rounds=0)
+        calibrate(manifest={"calibration_set": training_figures()}, rounds=0)
 
 
 def test_predictions_scale_by_the_records_one_factor(tmp_path, monkeypatch):
@@ -306,100 +278,3 @@ def test_predictions_scale_by_the_records_one_factor(tmp_path, monkeypatch):
     # not the parts weighted by this model's shares (0.25 * 1.0 + 0.5 * 2.0 + 0.25 * 1.2)
     assert scaled.calibration_scale == pytest.approx(1.7)
     assert scaled.compile_seconds == pytest.approx(plain.compile_seconds * 1.7)
-
-
-@pytest.fixture(scope="module")
-def small_model(tmp_path_factory):
-    """A model folder fitted on exact synthetic rows, and a StableHLO module to predict."""
-    import jax
-    import jax.numpy as jnp
-    from conftest import make_rows
-
-    from costmodel.training.fitting.fit import train
-    from costmodel.training.fitting.publish import save
-
-    rows = make_rows(np.geomspace(100, 3000, 60))
-    folder = tmp_path_factory.mktemp("model")
-    save(train(rows, "cpu", "", max_iter=10, n_folds=2).predictor, folder, backend="cpu",
-         target="", data=rows, metrics={}, name="small")
-    return folder, jax.jit(jnp.sin).lower(jnp.ones(8)).as_text()
-
-
-def _calibrated_here(reference_seconds: float) -> dict:
-    """The set measured here 0.6 times the training machine's seconds in every part, the
-    OpsModel predicting each program as the training machine measured it (so the set and
-    the model ratio both say 0.6), with the reference beside them at `reference_seconds`."""
-    here = _here(dict.fromkeys(("hlo", "backend", "other"), 0.6), [reference_seconds] * 5)
-    return _with_inputs(here, [t * 1e3 for t in TRAINING_SECONDS])
-
-
-TRAINING_SECONDS = [seconds for seconds, _ in TRAINING.values()]
-
-
-@pytest.mark.parametrize("reference_seconds, agree", [(0.1 * 0.6 ** (1 / 0.8), True),
-                                                      (0.13, False)])
-def test_intervals_widen_when_the_ways_of_calibrating_disagree(
-        small_model, tmp_path, monkeypatch, reference_seconds, agree):
-    import costmodel
-    from costmodel.training.measure import calibrate as module
-
-    folder, text = small_model
-    path = tmp_path / "calibration.json"
-    monkeypatch.setenv("COSTMODEL_CALIBRATION", str(path))
-    plain = costmodel.predict_stablehlo(text, model=folder)
-    here = _calibrated_here(reference_seconds)
-    monkeypatch.setattr(module, "measure_set", lambda programs, progress=None: here)
-    manifest = {"version": "test", "calibration_set": _training(), "reference_seconds": 0.1,
-                "reference_power": 0.8}
-    record = calibrate(manifest=manifest, model=OpsModel(), rounds=1)
-    assert record["scale"] == pytest.approx(0.6)
-    scaled = costmodel.predict_stablehlo(text, model=folder)
-    assert scaled.compile_seconds == pytest.approx(plain.compile_seconds * 0.6)
-    low, high = (v * 0.6 for v in plain.compile_seconds_interval)
-    if agree:  # the reference speed says 0.6 too: the interval as fitted, scaled
-        assert record["spread"] == pytest.approx(1.0) and record["log_uncertainty"] == 0.0
-        assert scaled.compile_seconds_interval == (pytest.approx(low), pytest.approx(high))
-    else:  # the reference speed says 1.3 ** 0.8 = 1.23: 2.06x apart, 1.79x past agreeing
-        assert record["spread"] == pytest.approx(1.3 ** 0.8 / 0.6)
-        uncertainty = np.log(1.3 ** 0.8 / 0.6 / 1.15)
-        point = scaled.compile_seconds
-        expected = (point * np.exp(-np.hypot(np.log(point / low), uncertainty)),
-                    point * np.exp(np.hypot(np.log(high / point), uncertainty)))
-        assert scaled.compile_seconds_interval == pytest.approx(expected)
-        assert scaled.compile_seconds_interval[0] < low and scaled.compile_seconds_interval[1] > high
-    # host memory is not a calibration's business
-    assert scaled.peak_memory_bytes_interval == plain.peak_memory_bytes_interval
-
-
-def test_calibrate_command_says_how_sure_it_is(tmp_path, monkeypatch, capsys):
-    from costmodel import cli
-    from costmodel.models import load_default
-    from costmodel.training.fitting.fit import features_frame, select_rows
-    from costmodel.training.measure import calibrate as module
-
-    # the shipped model's own predictions of the set (from its training rows' features),
-    # each program measured here 0.7 times that and the reference beside it at 0.09 s
-    rows = select_rows(pd.read_parquet(ROOT / "training/data/cpu/rows.parquet"), "cpu")
-    rows = rows[rows["family"] == "calibration_set"]
-    inputs = features_frame(rows).to_dict("records")
-    points = load_default("cpu").predict(inputs)["compile_seconds"]["point"]
-    here = {json.loads(params)["program"]: {
-        "compile_seconds": 0.7 * p, "ref_seconds": 0.09, "parts": None, "model_inputs": i}
-        for params, p, i in zip(rows["params"], points, inputs)}
-    monkeypatch.setattr(module, "measure_set", lambda programs, progress=None: here)
-    monkeypatch.setenv("COSTMODEL_CALIBRATION", str(tmp_path / "calibration.json"))
-    assert cli.main(["calibrate", "--rounds", "1"]) == 0
-    first, second = capsys.readouterr().out.strip().splitlines()
-    assert first.startswith("calibration scale 0.700 (the calibration set's compiles here "
-                            "over the model's predictions of them, median of 5 programs)")
-    record = json.loads((tmp_path / "calibration.json").read_text())
-    # the reference says (0.09 / 0.1026) ** 0.83 = 0.90, the set's median ratio to the
-    # training machine 0.68: 1.31x apart, 1.14x past agreeing
-    assert record["candidates"]["reference_speed"] == pytest.approx(
-        (0.09 / 0.10263006899913307) ** 0.8308235706629756)
-    assert record["log_uncertainty"] == pytest.approx(np.log(record["spread"] / 1.15))
-    assert second == (
-        "how sure: the ways of calibrating are 1.31x apart (model ratio 0.70, reference speed "
-        "0.90, calibration set 0.68); they disagree, so each bound of a 90% interval moves "
-        "out by up to 1.14x; on 25 stored calibrations of 11 runs the model ratio left "
-        "held-out programs predicted 0.84-1.16x their compile")

@@ -7,6 +7,7 @@ cycle through a deferred import is still two modules that cannot be understood a
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -14,15 +15,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # installed package -> source folder, as pyproject.toml's package-dir maps them
 SOURCES = {"costmodel": "costmodel", "costmodel.features": "features",
-           "costmodel.training": "training", "costmodel.models": "models",
-           "costmodel.api": "api"}
+           "costmodel.measure": "measure", "costmodel.training": "training",
+           "costmodel.models": "models", "costmodel.api": "api"}
 
 # The README's layout picture, top to bottom: a package imports only packages below it.
 # A subpackage not drawn there (features.stablehlo) is part of the package above it.
-LAYERS = (("costmodel.cli",), ("costmodel.api",), ("costmodel",), ("costmodel.training",),
+LAYERS = (("costmodel.cli",), ("costmodel.api",), ("costmodel.training",),
           ("costmodel.training.evaluation",), ("costmodel.training.fitting",),
           ("costmodel.training.measure",), ("costmodel.training.corpus", "costmodel.training.store"),
-          ("costmodel.models",), ("costmodel.features",))
+          ("costmodel",), ("costmodel.measure", "costmodel.models"), ("costmodel.features",))
+# What `predict`, `record` and `profile` run; none of it may import training, not even deferred.
+RUNTIME = ("costmodel", "costmodel.measure", "costmodel.models", "costmodel.features")
 LEVEL = {package: level for level, packages in enumerate(LAYERS) for package in packages}
 
 
@@ -108,8 +111,10 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_is_read():
     assert len(MODULES) > 80
-    assert "costmodel.training.measure.harness" in MODULES
-    assert "costmodel.features" in GRAPH["costmodel.training.measure.harness"]
+    assert "costmodel.measure.harness" in MODULES
+    assert "costmodel.features" in GRAPH["costmodel.measure.harness"]
+    assert "costmodel.measure.harness" in GRAPH["costmodel._profile"]
+    assert "costmodel.measure.harness" in GRAPH["costmodel.training.measure.child"]
 
 
 def test_every_import_of_the_project_names_a_module_that_exists():
@@ -147,6 +152,35 @@ def test_imports_point_down_the_layers(module):
     upward = {target for target in GRAPH[module]
               if _package_of(target) != _package_of(module) and LEVEL[_package_of(target)] <= level}
     assert upward == set()
+
+
+def test_the_runtime_never_imports_training():
+    """The service and a user's `record` or `profile` load no training code (and so none of
+    scikit-learn, pandas or the corpus); only the command line and a retrain do."""
+    runtime = {module for module in MODULES if _package_of(module) in RUNTIME}
+    assert {"costmodel._record", "costmodel._profile", "costmodel.measure.harness"} <= runtime
+    reach = {module: sorted(t for t in GRAPH[module] if t.startswith("costmodel.training"))
+             for module in runtime}
+    assert {module: targets for module, targets in reach.items() if targets} == {}
+
+
+def _drawn_layers(readme: str) -> list[set[str]]:
+    """The packages of the README's layout picture, line by line from the top: a folder at
+    the start of a line, or beside another one (`training/store/`), is a package there."""
+    block = readme.split("## Layout", 1)[1].split("```", 2)[1]
+    layers = []
+    for line in block.splitlines():
+        folders = re.findall(r"(?:^ |\s{2,})([a-z_]+(?:/[a-z_]+)*(?:/|/build\.py))(?=\s|$)", line)
+        names = {"costmodel" + "".join("." + part for part in folder.removesuffix("/build.py")
+                                       .strip("/").split("/")).removeprefix(".costmodel")
+                 for folder in folders}
+        if names:
+            layers.append(names)
+    return layers
+
+
+def test_the_readme_draws_the_layers_checked_here():
+    assert _drawn_layers((ROOT / "README.md").read_text()) == [set(level) for level in LAYERS]
 
 
 def _bench_paths(tree: ast.AST) -> list[str]:

@@ -8,14 +8,15 @@ import jax.numpy as jnp
 import pytest
 
 from costmodel.features import ALL_FEATURES
-from costmodel.training.measure import phases
-from costmodel.training.measure.harness import (
+from costmodel.measure import phases
+from costmodel.measure.harness import (
     CacheHitError,
     CompileEvents,
     Placement,
     compile_once,
     optimized_hlo_stats,
 )
+from costmodel.measure.rows import FEATURE_PREFIX, ShardWriter, make_row
 from costmodel.training.measure.runner import run_child
 from costmodel.training.measure.sweep import SweepConfig, run_sweep
 from costmodel.training.store import dataset
@@ -34,10 +35,10 @@ def _spec(n=2, **extra):
 
 @pytest.fixture(scope="module")
 def measured_row():
-    from costmodel.training.measure.machine import environment
+    from costmodel.measure.machine import environment
 
     result = run_child(_spec(3, max_repeats=2))
-    return dataset.make_row("tiny_test", {"n": 3}, "cpu", "", result, environment())
+    return make_row("tiny_test", {"n": 3}, "cpu", "", result, environment())
 
 
 def test_row_has_every_field(measured_row):
@@ -45,7 +46,7 @@ def test_row_has_every_field(measured_row):
     assert row["status"] == "ok", row.get("message")
     missing = [k for k in REQUIRED if k not in row]
     assert not missing
-    assert all(dataset.FEATURE_PREFIX + name in row for name in ALL_FEATURES)
+    assert all(FEATURE_PREFIX + name in row for name in ALL_FEATURES)
     assert row["repeats"] == 2 and len(json.loads(row["compile_seconds_all"])) == 2
     assert 0 < row["compile_seconds"] < 5
     assert 0 < row["ref_seconds"] < 5
@@ -74,9 +75,9 @@ def test_rows_without_phase_columns_still_load(tmp_path, measured_row):
 
     old = {k: v for k, v in measured_row.items() if not k.startswith("phase_")}
     dataset.export_parquet(pd.DataFrame([{**old, "row_id": "old"}]), tmp_path / "old.parquet")
-    with dataset.ShardWriter(tmp_path / "new.jsonl") as writer:
+    with ShardWriter(tmp_path / "new.jsonl") as writer:
         writer.append(measured_row)
-    with dataset.ShardWriter(tmp_path / "untraced.jsonl") as writer:  # phases all missing
+    with ShardWriter(tmp_path / "untraced.jsonl") as writer:  # phases all missing
         writer.append({**measured_row, "row_id": "untraced",
                        **dict.fromkeys(phases.SECONDS_COLUMNS)})
     rows = dataset.load([tmp_path / "old.parquet", tmp_path / "untraced.jsonl",
@@ -154,7 +155,7 @@ def test_sweep_resume_neither_loses_nor_duplicates(tmp_path):
 
 def test_torn_last_line_from_a_kill_is_skipped(tmp_path):
     shard = tmp_path / "rows.jsonl"
-    with dataset.ShardWriter(shard) as writer:
+    with ShardWriter(shard) as writer:
         writer.append({"key": "a", "row_id": "1", "status": "ok"})
     with open(shard, "a") as handle:
         handle.write('{"key": "b", "row_id": "2", "sta')  # killed mid-write

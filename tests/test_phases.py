@@ -1,4 +1,4 @@
-"""Per-phase compile seconds read from a profiler trace (training/measure/phases.py)."""
+"""Per-phase compile seconds read from a profiler trace (measure/phases.py)."""
 
 import json
 import time
@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from costmodel.training.measure import phases
-from costmodel.training.measure.phases import PHASES, PhaseTrace, explained_seconds, phases_of
+from costmodel.measure import phases
+from costmodel.measure.phases import PHASES, PhaseTrace, explained_seconds, phases_of
 
 NAMED = ("xla", "hlo_through_layout", "hlo_after_layout", "backend", "codegen", "jit")
 

@@ -71,3 +71,21 @@ def test_failed_measurements_that_do_not_lower_are_kept_and_the_rest_written_asi
     assert list(aside["key"]) == ["gone|{\"b\": 2}"] and aside["compile_seconds"].iloc[0] == 3.5
     assert aside["f_hlo_ops_inlined"].iloc[0] == 7.0
     assert aside["left_out_why"].iloc[0].startswith("UnknownFamilyError: unknown family")
+
+
+def test_a_corpus_program_lowers_in_the_x64_mode_of_its_family():
+    """`corpus.lower` switches x64 per family, as the measurement process does: a float64
+    family's program keeps f64 types, the next family's is float32 again."""
+    import jax
+
+    from costmodel.measure.harness import placement
+
+    before = jax.config.jax_enable_x64
+    try:
+        params = corpus.FAMILIES["float64"].grid[0]
+        _, wide = corpus.lower(placement("cpu", ""), "float64", params)
+        _, narrow = corpus.lower(placement("cpu", ""), "loop", PARAMS)
+        assert "f64" in wide.as_text() and "f64" not in narrow.as_text()
+        assert "f32" in narrow.as_text()
+    finally:
+        jax.config.update("jax_enable_x64", before)

@@ -7,7 +7,7 @@ import pytest
 from costmodel.cli.common import UsageError, backend_and_target
 from costmodel.features import normalize_target
 from costmodel.features.environment import UnknownTargetError
-from costmodel.training.measure.tpu_target import (
+from costmodel.measure.tpu_target import (
     SMALLEST_TOPOLOGY,
     TpuTargetUnavailable,
     chip_of,

@@ -33,7 +33,8 @@ def emulated_groups(family: str, params: dict) -> list[list[str]]:
     the identity here so the members (each a tuple led by the op name) come back."""
     from costmodel.features import from_lowered
     from costmodel.features.stablehlo import fusion
-    from costmodel.training.measure.harness import placement
+    from costmodel.measure.harness import placement
+    from costmodel.training import corpus
 
     recorded: list = []
     groups = fusion.Fusions.groups
@@ -45,7 +46,7 @@ def emulated_groups(family: str, params: dict) -> list[list[str]]:
 
     fusion.hash, fusion.Fusions.groups = (lambda members: members), recording
     try:
-        traced, lowered = placement("cpu", "").lower_corpus(family, params)
+        traced, lowered = corpus.lower(placement("cpu", ""), family, params)
         from_lowered(traced, lowered, backend="cpu")
     finally:
         del fusion.hash
@@ -70,7 +71,7 @@ def xla_fusions(hlo: str) -> tuple[list[list[str]], collections.Counter]:
 
 
 def main() -> None:
-    from costmodel.training.measure.user_modules import import_module_or_file
+    from costmodel.measure.user_modules import import_module_or_file
 
     module, family, params = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     import_module_or_file(module)

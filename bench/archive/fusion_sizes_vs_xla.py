@@ -56,7 +56,8 @@ def sample(outside: bool) -> list[tuple[str, str]]:
 def dump(folder: Path, outside: bool) -> None:
     import jax
 
-    from costmodel.training.measure.harness import placement
+    from costmodel.measure.harness import placement
+    from costmodel.training import corpus
 
     jax.config.update("jax_enable_compilation_cache", False)
     place = placement("cpu", "")
@@ -66,7 +67,7 @@ def dump(folder: Path, outside: bool) -> None:
         if stem.with_suffix(".hlo").exists():
             continue
         try:
-            _, lowered = place.lower_corpus(family, json.loads(params))
+            _, lowered = corpus.lower(place, family, json.loads(params))
         except ImportError as error:  # an outside run's library is not installed
             print(f"skipping {family}: {error}")
             continue

@@ -22,14 +22,15 @@ import pandas as pd
 
 
 def dump(rows: pd.DataFrame, folder: Path) -> None:
-    from costmodel.training.measure.harness import placement
+    from costmodel.measure.harness import placement
+    from costmodel.training import corpus
 
     place = placement("cpu", "")
     folder.mkdir(parents=True, exist_ok=True)
     for row in rows.itertuples():
         path = folder / f"{hashlib.sha1(row.key.encode()).hexdigest()[:12]}.mlir"
         if not path.exists():
-            _, lowered = place.lower_corpus(row.family, json.loads(row.params))
+            _, lowered = corpus.lower(place, row.family, json.loads(row.params))
             path.write_text(lowered.as_text())
 
 

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from costmodel.features import from_lowered
-from costmodel.training.measure.harness import optimized_hlo_stats
+from costmodel.measure.harness import optimized_hlo_stats
 
 S = jax.ShapeDtypeStruct
 TABLE, INDICES, ROWS = S((1024, 16), jnp.float32), S((256,), jnp.int32), S((256, 16), jnp.float32)

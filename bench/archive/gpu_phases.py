@@ -2,7 +2,7 @@
 
 The H100 model under-predicts its largest misses 3-16x (a gymnax PPO update: 229 s
 measured, 14.5 s predicted), and the H100 rows carry no phase labels: XLA:GPU compiles on
-the calling thread, whose trace line `training/measure/phases.py` did not read before
+the calling thread, whose trace line `measure/phases.py` did not read before
 2026-12-04, so every traced H100 row came back with no phases. This bench traces one
 compile per sampled row (the three sizes nearest each family's smallest, median and
 largest recorded compile between `--min-seconds` and `--max-seconds`), in one process,
@@ -14,7 +14,7 @@ sampled rows).
     python bench/archive/gpu_phases.py --out bench/data/gpu_phases.jsonl [--json OUT.json]
 
 Resumable (rows already in `--out` are skipped). Needs the gpu extra and a target
-description (`training/measure/gpu_target.py`); about 10 minutes on the 2-core AMD EPYC.
+description (`measure/gpu_target.py`); about 10 minutes on the 2-core AMD EPYC.
 Shares within one compile are what it measures: its seconds are one compile each,
 in a process that compiled others before, not labels.
 """
@@ -50,9 +50,9 @@ def sample(rows: pd.DataFrame, low: float, high: float) -> pd.DataFrame:
 def measure(rows: pd.DataFrame, out: Path) -> None:
     import jax
 
+    from costmodel.measure.harness import placement
+    from costmodel.measure.phases import PhaseTrace
     from costmodel.training import corpus
-    from costmodel.training.measure.harness import placement
-    from costmodel.training.measure.phases import PhaseTrace
 
     done = {json.loads(line)["key"] for line in out.read_text().splitlines()} \
         if out.exists() else set()

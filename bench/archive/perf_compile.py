@@ -24,7 +24,8 @@ import sys
 import tempfile
 import time
 
-from costmodel.training.measure.harness import placement
+from costmodel.measure.harness import placement
+from costmodel.training import corpus
 
 
 def top_symbols(data_path: str, top: int) -> list[tuple[float, str]]:
@@ -50,7 +51,7 @@ def main() -> None:
     if shutil.which("perf") is None:
         sys.exit("perf is not installed (Linux only: the linux-tools / perf package)")
 
-    _, lowered = placement("cpu", "").lower_corpus(args.family, json.loads(args.params))
+    _, lowered = corpus.lower(placement("cpu", ""), args.family, json.loads(args.params))
     with tempfile.TemporaryDirectory() as tmp:
         data_path = os.path.join(tmp, "perf.data")
         recorder = subprocess.Popen(

@@ -1,6 +1,6 @@
 """Do per-phase sub-models predict compile time better than one model of the whole?
 
-Every traced CPU row (its compile profiled, `training/measure/phases.py`) splits into HLO passes,
+Every traced CPU row (its compile profiled, `measure/phases.py`) splits into HLO passes,
 backend and the rest (`phases.part_seconds`). Held out by library on the real programs,
 this compares:
 
@@ -28,11 +28,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from costmodel.measure.phases import part_seconds
 from costmodel.models.phase_shares import PARTS
 from costmodel.training.evaluation import metrics
 from costmodel.training.evaluation.evaluate import predictions
 from costmodel.training.fitting.fit import libraries, select_rows
-from costmodel.training.measure.phases import part_seconds
 from costmodel.training.store import dataset
 
 DATA = Path(__file__).resolve().parents[2] / "training" / "data" / "cpu" / "rows.parquet"

@@ -68,8 +68,9 @@ def second_protocol(family: str, params: dict, warmup: str) -> dict:
     import jax.numpy as jnp
 
     jax.config.update("jax_enable_compilation_cache", False)
-    from costmodel.training.corpus.reference import build_reference
-    from costmodel.training.measure.harness import CompileEvents, RssSampler, compile_once, placement
+    from costmodel.measure.harness import CompileEvents, RssSampler, compile_once, placement
+    from costmodel.measure.reference import build_reference
+    from costmodel.training import corpus
 
     events, place = CompileEvents(), placement("cpu", "")
     start_rss = RssSampler().rss()
@@ -79,7 +80,7 @@ def second_protocol(family: str, params: dict, warmup: str) -> dict:
         else:  # as the harness warms up
             compile_once(build_reference, place, events)
             compile_once(build_reference, place, events)
-    _, lowered = place.lower_corpus(family, params)
+    _, lowered = corpus.lower(place, family, params)
     gc.collect()
     with RssSampler() as sampler:
         baseline = sampler.rss()
@@ -127,7 +128,7 @@ def main() -> None:
         spec = json.loads(args.child)
         print(json.dumps(second_protocol(spec["family"], spec["params"], spec["warmup"])))
         return
-    from costmodel.training.measure.machine import environment
+    from costmodel.measure.machine import environment
 
     programs = []
     started = time.perf_counter()

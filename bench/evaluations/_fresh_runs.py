@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
+from costmodel.measure.rows import program_key
 from costmodel.training.fitting.fit import select_rows
 from costmodel.training.measure.calibrate import calibrate
 from costmodel.training.measure.runner import close_zygotes
@@ -51,7 +52,7 @@ def measure_rows(out: Path, programs: Sequence[tuple[str, dict]], backend: str =
     path = out / MEASURED
     done = measured_keys(out)
     todo = [(family, params) for family, params in programs
-            if dataset.program_key(family, params, backend, target) not in done]
+            if program_key(family, params, backend, target) not in done]
     try:
         for family, params in tqdm(todo, desc="measure", unit="prog"):
             row = measure_program(family, params, backend, target, timeout=timeout,

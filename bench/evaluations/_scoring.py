@@ -23,13 +23,13 @@ import numpy as np
 
 import costmodel
 from costmodel.features import SCHEMA_VERSION
+from costmodel.measure.harness import CompileEvents, compile_once, placement
+from costmodel.measure.reference import build_reference
 from costmodel.models import load_default
-from costmodel.training.corpus.reference import build_reference
 from costmodel.training.corpus.registry import sds
 from costmodel.training.evaluation.metrics import fold_errors
 from costmodel.training.evaluation.outside import score as score_stored
 from costmodel.training.evaluation.outside import speed_scale
-from costmodel.training.measure.harness import CompileEvents, compile_once, placement
 
 Build = Callable[[], tuple[Callable, tuple]]
 

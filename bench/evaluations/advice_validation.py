@@ -181,7 +181,7 @@ def run(quick: bool, repeats: int) -> dict:
                                         strategy: build_alt}, repeats))
         results.append({**judge(name, advice, strategy, predicted, measured),
                         "library": library, "strategy": strategy})
-    from costmodel.training.measure.machine import environment
+    from costmodel.measure.machine import environment
 
     env = environment()
     summary = {"tie": TIE, "repeats": repeats,

@@ -4,7 +4,7 @@
 their programs interleaved in one process (`_scoring.py`), where a compile's host-RSS growth
 depends on what ran before it in that process. This measures each of their programs in a
 fresh process, the way `bench/evaluations/outside_libraries.py` and the sweeps do
-(`training.measure.harness`: a warm-up compile of the reference program, then RSS sampled
+(`costmodel.measure.harness`: a warm-up compile of the reference program, then RSS sampled
 over the program's first compile), and writes each one's growth into the bench's stored
 result as `measured_peak_rss_bytes`. The host-memory interval widening
 (`training.evaluation.interval_widening`) is then fitted on those programs too, and `merge`

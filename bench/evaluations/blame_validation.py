@@ -276,7 +276,7 @@ def run(repeats: int, stored: dict | None = None) -> dict:
         times = timed[name] if stored is not None else interleaved(
             {"with": lambda: make(True), "without": lambda: make(False)}, repeats)
         rows.append({**judge(kind, name, blame, medians(times)), "all_s": times})
-    from costmodel.training.measure.machine import environment
+    from costmodel.measure.machine import environment
 
     env = environment()
     n = len(rows)

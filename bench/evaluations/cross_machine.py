@@ -39,12 +39,12 @@ import pandas as pd
 from _calibration_views import VIEWS, factors, here_reference
 from _fresh_runs import CALIBRATION_AFTER, CALIBRATION_BEFORE, measure_between_calibrations, read_measured
 
+from costmodel.measure.machine import environment
 from costmodel.models import load_default
 from costmodel.training.evaluation import metrics
 from costmodel.training.evaluation.evaluate import predictions, with_keys
 from costmodel.training.fitting.fit import features_frame, model_params, select_rows
 from costmodel.training.measure.calibrate import ROUNDS
-from costmodel.training.measure.machine import environment
 from costmodel.training.store import dataset
 
 DATA = Path(__file__).resolve().parents[2] / "training" / "data" / "cpu" / "rows.parquet"

@@ -90,9 +90,9 @@ def measure(mode: str, out: Path, rounds: int, deadline: float) -> None:
     the H100 in mode autotune), the reference program deviceless in every round."""
     import jax
 
-    from costmodel.training.corpus.reference import build_reference
-    from costmodel.training.measure.gpu_target import deviceless_sharding, gpu_sharding
-    from costmodel.training.measure.harness import Placement
+    from costmodel.measure.gpu_target import deviceless_sharding, gpu_sharding
+    from costmodel.measure.harness import Placement
+    from costmodel.measure.reference import build_reference
 
     jax.config.update("jax_enable_compilation_cache", False)
     device = Placement("gpu", "h100", gpu_sharding("h100")[0], False)

@@ -39,13 +39,13 @@ from _calibration_views import here_reference
 from _fresh_runs import CALIBRATION_BEFORE, measure_between_calibrations, measure_rows, read_measured
 
 from costmodel.features import SCHEMA_VERSION
+from costmodel.measure.user_modules import import_module_or_file
 from costmodel.models import load_default
 from costmodel.models.predictor import LOG_OFFSETS
 from costmodel.training.evaluation import metrics
 from costmodel.training.evaluation.outside import speed_scale
 from costmodel.training.fitting.fit import features_frame
 from costmodel.training.measure.calibrate import ROUNDS
-from costmodel.training.measure.user_modules import import_module_or_file
 
 PROGRAMS_FILE = Path(__file__).with_name("outside_programs.py")
 

@@ -30,11 +30,12 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("EQX_ON_ERROR", "nan")  # Equinox's runtime checks use host callbacks
 
 
-def select(rows, n: int, seed: int = 0) -> list[int]:
+def select(rows, n: int, seed: int = 0, exclude=()) -> list[int]:
     """Indices of `n` ok rows spread over libraries and sizes: rows are sorted by their
     deviceless seconds and taken at even steps within each library, real libraries first;
-    the result is shuffled so a run cut short loses a random part, not the largest."""
-    ok = rows[rows["status"] == "ok"].copy()
+    the result is shuffled so a run cut short loses a random part, not the largest. Rows
+    whose key is in `exclude` (measured on the chip before) are not taken."""
+    ok = rows[(rows["status"] == "ok") & ~rows["key"].isin(set(exclude))].copy()
     ok["lib"] = ok["library"].fillna("").replace("", "synthetic")
     real = ok[ok["lib"] != "synthetic"]
     share = {lib: max(1, round(n * 0.8 * len(group) / len(real)))
@@ -51,7 +52,7 @@ def select(rows, n: int, seed: int = 0) -> list[int]:
     return picked
 
 
-def export_programs(rows_dir: str, out: Path, n: int) -> None:
+def export_programs(rows_dir: str, out: Path, n: int, exclude=()) -> None:
     import jax
     from jax import export
 
@@ -61,7 +62,7 @@ def export_programs(rows_dir: str, out: Path, n: int) -> None:
     rows = dataset.load([rows_dir])
     out.mkdir(parents=True, exist_ok=True)
     entries = []
-    for i, index in enumerate(select(rows, n)):
+    for i, index in enumerate(select(rows, n, exclude=exclude)):
         row = rows.loc[index]
         spec = corpus.get_family(row["family"])
         jax.config.update("jax_enable_x64", bool(spec.x64))
@@ -85,7 +86,8 @@ def export_programs(rows_dir: str, out: Path, n: int) -> None:
                         "here_s": float(row["compile_seconds"])})
         print(f"{name} {row['family']} {row['compile_seconds']:.2f}s {len(blob) / 1e3:.0f} kB",
               file=sys.stderr)
-    (out / "manifest.json").write_text(json.dumps({"programs": entries}, indent=1))
+        # rewritten after each program, so an export cut short still travels
+        (out / "manifest.json").write_text(json.dumps({"programs": entries}, indent=1))
 
 
 def read_device_rows(paths) -> tuple[dict, list[dict]]:
@@ -216,6 +218,8 @@ def main() -> None:
     p.add_argument("--rows", required=True)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--n", type=int, default=100)
+    p.add_argument("--exclude", nargs="*", default=[],
+                   help="device rows (JSON lines) whose programs are not exported again")
     p = sub.add_parser("score")
     p.add_argument("paths", nargs="+")
     p.add_argument("--rows", required=True)
@@ -224,7 +228,8 @@ def main() -> None:
     p.add_argument("--cpu-rows", default="training/data/cpu/rows.parquet")
     args = parser.parse_args()
     if args.command == "export":
-        export_programs(args.rows, args.out, args.n)
+        done = [r["key"] for r in read_device_rows(args.exclude)[1]]
+        export_programs(args.rows, args.out, args.n, exclude=done)
         return
     result = score(args.paths, args.rows)
     if args.predictions:

@@ -60,7 +60,7 @@ class PeakRss:
 
 def _reference():
     spec = importlib.util.spec_from_file_location(
-        "reference", HERE.parent / "training" / "corpus" / "reference.py")
+        "reference", HERE.parents[1] / "measure" / "reference.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.build_reference

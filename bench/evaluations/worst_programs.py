@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from costmodel.measure.rows import FEATURE_PREFIX
 from costmodel.training.evaluation.evaluate import predictions
 from costmodel.training.fitting.fit import model_params, select_rows
 from costmodel.training.store import dataset
-from costmodel.training.store.dataset import FEATURE_PREFIX
 
 DATA = Path(__file__).resolve().parents[2] / "training" / "data" / "cpu" / "rows.parquet"
 SHOWN_FEATURES = ("hlo_ops_inlined", "dense_constant_bytes", "fold_elements",

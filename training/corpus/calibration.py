@@ -33,7 +33,7 @@ FAMILY = "calibration_set"
 
 
 def _reference():
-    from .reference import build_reference
+    from costmodel.measure.reference import build_reference
 
     return build_reference()
 

@@ -160,6 +160,14 @@ def build(name: str, params: Mapping[str, Any]) -> tuple[Callable, tuple]:
     return get_family(name).build(**dict(params))
 
 
+def lower(place, name: str, params: Mapping[str, Any]) -> tuple:
+    """(traced, lowered) of one program of family ``name``, placed by ``place`` (a
+    `costmodel.measure.harness.Placement`), in the x64 mode its family needs; never compiles."""
+    family = get_family(name)
+    jax.config.update("jax_enable_x64", bool(family.x64))
+    return place.lower(*family.build(**dict(params)))
+
+
 def programs(families: Iterable[str] | None = None) -> list[tuple[str, dict]]:
     """Lists every ``(family, params)`` of the grids, in a deterministic order.
 

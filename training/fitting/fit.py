@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from costmodel.features import MODEL_FEATURES
+from costmodel.measure.rows import FEATURE_PREFIX
 
-from ..store.dataset import FEATURE_PREFIX
 from .baseline import drift_power
 from .estimator import TARGETS, CompileCostModel, Table, augment
 from .phase_model import fit_phase_shares

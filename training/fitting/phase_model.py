@@ -13,11 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from costmodel.measure.phases import part_seconds
+from costmodel.measure.rows import FEATURE_PREFIX
 from costmodel.models.phase_shares import BASE_PART, PARTS, PhaseShares
 from costmodel.models.table import Table
-
-from ..measure.phases import part_seconds
-from ..store.dataset import FEATURE_PREFIX
 
 TERMS = ("hlo_ops_inlined", "hlo_ops_trip_weighted", "fold_elements", "fold_dot_flops",
          "dot_flops", "fusion_cost_squares", "sequence_kernel_squares", "tensor_sum_elements")

@@ -1,1 +1,2 @@
-"""Measuring compiles: the harness, its child processes, sweeps, phases and calibration."""
+"""Sweeps of measurements: child and zygote processes, the runner, clusters, calibration and
+re-extraction, built on `costmodel.measure` (the in-process harness)."""

@@ -51,11 +51,11 @@ import pandas as pd
 
 from costmodel.features import MODEL_FEATURES
 from costmodel.features.environment import cpu_model, host_cpu_count
+from costmodel.measure.phases import part_seconds
 from costmodel.models.calibration import calibration_path
 from costmodel.models.phase_shares import PARTS
 
 from ..corpus.calibration import FAMILY, PROGRAMS
-from .phases import part_seconds
 
 TIMEOUT_SECONDS = 300.0
 # how far the part factors may stray from the overall one: each part is seen in few

@@ -35,13 +35,12 @@ def run(spec: dict) -> dict:
     import jax
 
     jax.config.update("jax_enable_compilation_cache", False)
-    from .user_modules import import_module_or_file
+    from costmodel.measure.user_modules import import_module_or_file
 
     for module in spec.get("modules", ()):
         import_module_or_file(module)  # lets users' own corpus families register
+    from costmodel.measure.harness import measure
     from costmodel.training import corpus
-
-    from .harness import measure
 
     family = corpus.get_family(spec["family"])
     if family.x64:

@@ -37,7 +37,9 @@ def row_features(family: str, params: dict, backend: str, target: str, place) ->
     """`Features.to_dict()` of one corpus program, lowered as the sweep lowers it."""
     from costmodel.features import from_lowered
 
-    traced, lowered = place.lower_corpus(family, params)
+    from .. import corpus
+
+    traced, lowered = corpus.lower(place, family, params)
     return from_lowered(traced, lowered, backend=backend, target=target).to_dict()
 
 
@@ -46,9 +48,9 @@ def _lower_group(backend: str, target: str, rows: list[tuple[str, str, str]],
     """In a fresh process: (key, feature cells or None, why not) for each (key, family,
     params) of one family on one placement; `modules` (files or module names) register
     families first, as a sweep's `modules` do."""
-    from ..store.dataset import feature_cells
-    from .harness import placement
-    from .user_modules import import_module_or_file
+    from costmodel.measure.harness import placement
+    from costmodel.measure.rows import feature_cells
+    from costmodel.measure.user_modules import import_module_or_file
 
     for module in modules:
         import_module_or_file(module)

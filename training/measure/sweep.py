@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from costmodel.features import Placement
+from costmodel.measure.machine import environment
+from costmodel.measure.rows import ShardWriter, make_row, program_key
 
 from ..store import dataset
-from .machine import environment
 from .runner import DEFAULT_MEMORY_LIMIT, DEFAULT_TIMEOUT, run_child
 
 # XLA compiles with more than one thread, so concurrent measurements on a 2-core machine
@@ -77,7 +78,7 @@ def plan(config: SweepConfig) -> tuple[list[tuple[str, dict]], int]:
     drift spreads over families; `limit` keeps the first N of that order. Rerunning the
     same command therefore resumes the same N programs instead of adding N more.
     """
-    from .user_modules import import_module_or_file
+    from costmodel.measure.user_modules import import_module_or_file
 
     for module in config.modules:
         import_module_or_file(module)
@@ -93,7 +94,7 @@ def plan(config: SweepConfig) -> tuple[list[tuple[str, dict]], int]:
     out = Path(config.out)
     done = dataset.done_keys([out], skip_errors=config.retry_errors) if out.exists() else set()
     todo = [(fam, params) for fam, params in programs
-            if dataset.program_key(fam, params, config.backend, config.target) not in done]
+            if program_key(fam, params, config.backend, config.target) not in done]
     return todo, len(programs) - len(todo)
 
 
@@ -130,7 +131,7 @@ def measure_program(family: str, params: dict, backend: str, target: str, timeou
         spec["cpus"] = list(cpus)
         env["cpu_count"] = len(cpus)
     result = run_child(spec, timeout=timeout, memory_limit=memory_limit)
-    return dataset.make_row(family, params, backend, target, result, env)
+    return make_row(family, params, backend, target, result, env)
 
 
 def _shard_path(config: SweepConfig) -> Path:
@@ -191,7 +192,7 @@ def run_sweep(config: SweepConfig) -> SweepSummary:
     in_flight: dict = {}  # future -> the time limit its measurement was given
     pool = _pool(config)
     try:
-        with dataset.ShardWriter(shard) as writer, tqdm(
+        with ShardWriter(shard) as writer, tqdm(
                 total=len(todo), disable=not config.progress, unit="prog",
                 desc=f"sweep {config.backend}{'/' + config.target if config.target else ''}") as bar:
             while queue or in_flight:

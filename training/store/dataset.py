@@ -1,90 +1,26 @@
 """Dataset rows: one measured compile each, appended durably, merged by key.
 
-Sweeps append rows to JSON-lines shards (one line per row, flushed and fsynced), so a
-killed sweep loses at most the programs in flight and a torn last line is skipped on
-read. Shipped data is compacted to parquet. Feature columns carry the prefix `f_`.
+Sweeps append rows to JSON-lines shards (one line per row, flushed and fsynced, by
+`costmodel.measure.rows`), so a killed sweep loses at most the programs in flight and a torn
+last line is skipped on read. Shipped data is compacted to parquet. Feature columns carry
+the prefix `f_`.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import uuid
 from collections.abc import Iterable
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
 
-FEATURE_PREFIX = "f_"
+from costmodel.measure.rows import FEATURE_PREFIX
+
 LABELS = ("compile_seconds", "peak_rss_bytes", "executable_memory_bytes")
 STATUSES = ("ok", "timeout", "oom", "error", "cache_hit")
 # Columns holding JSON text (a list per row) that not every source writes.
 JSON_COLUMNS = ("compile_seconds_all",)
-
-
-def program_key(family: str, params: dict, backend: str, target: str) -> str:
-    """The identity of a measurement: the same program on the same backend/target."""
-    return f"{family}|{json.dumps(params, sort_keys=True)}|{backend}|{target}"
-
-
-def make_row(family: str, params: dict, backend: str, target: str, result: dict,
-             environment: dict) -> dict:
-    """Flatten a measurement result into a dataset row."""
-    row = {
-        "key": program_key(family, params, backend, target),
-        "row_id": uuid.uuid4().hex,
-        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "family": family,
-        "params": json.dumps(params, sort_keys=True),
-        "backend": backend,
-        "target": target,
-    }
-    features = result.get("features") or {}
-    for name, value in result.items():
-        if name == "features":
-            continue
-        row[name] = json.dumps(value) if isinstance(value, (list, dict)) else value
-    row["backend"], row["target"] = backend, target
-    row.update(environment)
-    row.update(feature_cells(features))
-    return row
-
-
-def feature_cells(features: dict) -> dict:
-    """A row's feature columns from `Features.to_dict()` (backend and target are columns of
-    their own already)."""
-    return {FEATURE_PREFIX + name: value for name, value in features.items()
-            if name not in ("backend", "target")}
-
-
-class ShardWriter:
-    """Appends rows to one JSON-lines file; every row is on disk before `append` returns."""
-
-    def __init__(self, path: str | os.PathLike) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
-
-    def append(self, row: dict) -> None:
-        self._file.write(json.dumps(row, default=_json_default) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
-
-    def close(self) -> None:
-        self._file.close()
-
-    def __enter__(self) -> ShardWriter:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-def _json_default(value):
-    if hasattr(value, "item"):
-        return value.item()
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:

@@ -101,16 +101,6 @@ class Placement:
         traced = self.jit(fn).trace(*self.args(args))
         return traced, traced.lower()
 
-    def lower_corpus(self, family: str, params: dict):
-        """(traced, lowered) of a corpus program, in the x64 mode its family needs."""
-        import jax
-
-        from .. import corpus
-
-        spec = corpus.get_family(family)
-        jax.config.update("jax_enable_x64", bool(spec.x64))
-        return self.lower(*spec.build(**params))
-
     def args(self, args):
         import jax
 
@@ -220,7 +210,7 @@ def measure(build, backend: str = "cpu", target: str = "", max_repeats: int = 3,
     """
     from costmodel.features import from_lowered
 
-    from ..corpus.reference import build_reference
+    from .reference import build_reference
 
     events = CompileEvents()
     place = placement(backend, target)

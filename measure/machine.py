@@ -11,16 +11,17 @@ from pathlib import Path
 from costmodel.features.environment import cpu_model, host_cpu_count
 
 # Files whose content defines how a compile is measured; their hash versions the rows.
-# (paths under training/, in the order they were always hashed)
-_HARNESS_FILES = ("measure/harness.py", "corpus/reference.py", "measure/child.py",
-                  "measure/runner.py", "measure/gpu_target.py", "measure/phases.py")
+# Paths from this package's folder (the sweep's processes live in `training/measure`, which
+# is `costmodel/training/measure` once installed), in the order they were always hashed.
+_HARNESS_FILES = ("harness.py", "reference.py", "../training/measure/child.py",
+                  "../training/measure/runner.py", "gpu_target.py", "phases.py")
 
 
 @lru_cache(maxsize=1)
 def harness_version() -> str:
     """Short sha256 over the measurement code, so rows from a changed harness are told apart."""
     digest = hashlib.sha256()
-    here = Path(__file__).parents[1]
+    here = Path(__file__).parent
     for name in _HARNESS_FILES:
         path = here / name
         if path.exists():

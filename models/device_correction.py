@@ -1,0 +1,67 @@
+"""A TPU model's step from the host it was measured on to the chip's own host.
+
+The TPU rows are deviceless compiles on the project's 2-core sweep machines; a user on a
+TPU VM waits for the compile on the VM's host. The two differ by program, not by one
+factor (0.15-9x on the v5e's 13-core host: convolutions compile much faster there, float64
+matmul gradients slower), so the step is a small forest over the model inputs and the
+model's own prediction, fitted on programs compiled on both (`training.fitting.
+device_correction`). Stored beside the model as plain arrays, loaded without pickle.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .forest import FlatForest
+
+CORRECTION_FILE = "device_correction.npz"
+BASE_COLUMN = "log_predicted_seconds"
+
+
+@dataclass(frozen=True, eq=False)
+class DeviceCorrection:
+    """log(on-chip host seconds / predicted deviceless seconds) = forest(inputs, log
+    prediction). `lo`, `hi`: log offsets of the 90% interval around a corrected
+    prediction, from the held-out residuals of model and step together. `about`: what it
+    was fitted on (rows, chip, host) and its held-out figures."""
+
+    feature_names: tuple[str, ...]
+    forest: FlatForest
+    lo: float
+    hi: float
+    about: Mapping[str, Any] = field(default_factory=dict)
+
+    def log_factor(self, inputs: Sequence[Mapping[str, float]],
+                   predicted_seconds: Sequence[float] | np.ndarray) -> np.ndarray:
+        """The log factor for each program (its model inputs, the base prediction)."""
+        base = np.log(np.maximum(np.asarray(predicted_seconds, float), 1e-6))
+        names = [n for n in self.feature_names if n != BASE_COLUMN]
+        X = np.array([[np.log1p(max(float(row[n]), 0.0)) for n in names] for row in inputs],
+                     float).reshape(len(base), len(names))
+        return self.forest.predict(np.column_stack([X, base]))
+
+    def apply(self, inputs: Sequence[Mapping[str, float]], seconds: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(point, lo, hi) on the chip's host for base predictions `seconds`."""
+        point = np.asarray(seconds, float) * np.exp(self.log_factor(inputs, seconds))
+        return point, point * np.exp(self.lo), point * np.exp(self.hi)
+
+    def save(self, file) -> None:
+        """Write to `file`, a path or a binary handle (what `atomic_write` passes)."""
+        meta = {"feature_names": list(self.feature_names), "lo": self.lo, "hi": self.hi,
+                "about": dict(self.about)}
+        np.savez(file, meta=np.array(json.dumps(meta)), **self.forest.arrays())
+
+    @classmethod
+    def load(cls, path: str | Path) -> DeviceCorrection:
+        with np.load(path, allow_pickle=False) as data:
+            meta = json.loads(str(data["meta"]))
+            forest = FlatForest.from_arrays(data)
+        return cls(feature_names=tuple(meta["feature_names"]), forest=forest,
+                   lo=float(meta["lo"]), hi=float(meta["hi"]), about=meta.get("about", {}))
