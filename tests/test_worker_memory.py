@@ -51,3 +51,32 @@ def test_a_large_request_is_followed_by_a_trim_that_returns_freed_memory():
     assert not trimmed and after < 4  # a small request: nothing done
     _, trimmed, after = _probe("dynamic", memory.TRIM_AFTER_BYTES)
     assert trimmed and after > 30
+
+
+def test_a_worker_running_a_retrain_job_is_recycled_only_after_it(monkeypatch):
+    import threading
+
+    from gunicorn.workers.gthread import ThreadWorker
+
+    from costmodel.api import worker as service_worker
+    from costmodel.api.retrain import THREAD_PREFIX
+
+    served = []
+    monkeypatch.setattr(ThreadWorker, "handle_request",
+                        lambda self, req, conn: served.append(self.max_requests))
+    worker = service_worker.ServiceWorker.__new__(service_worker.ServiceWorker)
+    worker.nr, worker.max_requests = 999, 1000  # the next request is the last
+    done = threading.Event()
+    job = threading.Thread(target=done.wait, name=f"{THREAD_PREFIX}0123abcd", daemon=True)
+    job.start()
+    try:
+        assert service_worker.retraining_here()
+        worker.handle_request(None, None)
+        assert served == [999 + service_worker.RECYCLE_POSTPONED]
+    finally:
+        done.set()
+        job.join()
+    assert not service_worker.retraining_here()
+    worker.nr, worker.max_requests = 999, 1000
+    worker.handle_request(None, None)
+    assert served[-1] == 1000  # no job: recycled as configured
