@@ -21,6 +21,7 @@ ENV = {
     "RETRAIN_RUNNER": "COSTMODEL_RETRAIN_RUNNER",
     "MAX_REQUESTS": "COSTMODEL_MAX_REQUESTS",
     "MAX_REQUESTS_JITTER": "COSTMODEL_MAX_REQUESTS_JITTER",
+    "MAX_MODULE_OPS": "COSTMODEL_MAX_MODULE_OPS",
 }
 RUNNERS = ("thread", "worker")
 _CACHE = Path("~/.cache/costmodel")
@@ -55,6 +56,11 @@ def defaults() -> dict[str, Any]:
         # for the life of its context is returned with the process.
         "MAX_REQUESTS": 1000,
         "MAX_REQUESTS_JITTER": 100,
+        # Modules of more ops than this (counted from the text before parsing; 0: no limit)
+        # are refused: extraction takes ~25 us of CPU per op, and a 200k-op module fits in
+        # the body limit as compact text. JAX prints ~80 bytes per op, so a module it wrote
+        # reaches this only near MAX_CONTENT_LENGTH.
+        "MAX_MODULE_OPS": 100_000,
     }
 
 
@@ -101,7 +107,7 @@ def load_config(config: Mapping[str, Any] | None = None,
         raise ValueError("MODEL_SYNC_SECONDS must be >= 0")
     if not float(merged["RETRAIN_STALE_SECONDS"]) > 0:
         raise ValueError("RETRAIN_STALE_SECONDS must be > 0")
-    for key in ("MAX_REQUESTS", "MAX_REQUESTS_JITTER"):
+    for key in ("MAX_REQUESTS", "MAX_REQUESTS_JITTER", "MAX_MODULE_OPS"):
         merged[key] = _count(key, merged[key])
     if merged["MAX_REQUESTS_JITTER"] > merged["MAX_REQUESTS"]:
         raise ValueError(f"MAX_REQUESTS_JITTER ({merged['MAX_REQUESTS_JITTER']}) must not "

@@ -28,7 +28,8 @@ _ERRORS = {
     403: "These routes are disabled on this server (their token is not configured)",
     404: "No such resource",
     409: "A retrain job is already running",
-    413: "Request body larger than MAX_CONTENT_LENGTH",
+    413: "Request body larger than MAX_CONTENT_LENGTH, or a module of more ops than "
+         "MAX_MODULE_OPS",
     415: "Content-Type is not application/json",
     422: "Features so far outside the training data that the prediction overflows",
     503: "No model is loaded",

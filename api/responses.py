@@ -131,10 +131,13 @@ class RetrainJob(BaseModel):
     swapped: bool
     scores: dict[str, Scores]
     results: list[dict[str, Any]] = Field(description=(
-        "Per backend/target: rows, train_rows, holdout_rows, samples, dropped_samples "
-        "(screened out), score_new, score_current (the served model), score_current_refit "
-        "(its recipe on the training rows, when it may have seen the holdout), "
-        "score_to_beat, swapped, version"))
+        "Per backend/target: rows, train_rows, holdout_rows, samples, sample_groups "
+        "(distinct programs among them), capped_groups (left out: their source brought "
+        "too many), dropped_samples (screened out), score_new, score_current (the served "
+        "model), score_current_refit (its recipe on the training rows, when it may have "
+        "seen the holdout), score_to_beat, and the same on the held-out rows nobody sent "
+        "(trusted_holdout_rows, score_new_trusted, score_to_beat_trusted), swapped, "
+        "version"))
     error: str | None = None
     created_at: str
     finished_at: str | None = None

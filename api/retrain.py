@@ -22,6 +22,9 @@ from .validation import parse
 
 log = logging.getLogger("costmodel.api")
 bp = Blueprint("retrain", __name__)
+# Names the thread a job runs on in a web worker (`api.worker` keeps the worker alive
+# until it ends).
+THREAD_PREFIX = "costmodel-retrain-"
 
 
 def authorize() -> None:
@@ -36,7 +39,7 @@ def start(state, scope: dict[str, Any]) -> str:
     job_id = state.jobs.create(scope, owned=in_thread)
     if in_thread:
         thread = threading.Thread(target=_run_here, args=(state, job_id),
-                                  name=f"costmodel-retrain-{job_id}", daemon=True)
+                                  name=f"{THREAD_PREFIX}{job_id}", daemon=True)
         state.threads[job_id] = thread
         thread.start()
     return job_id

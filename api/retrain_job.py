@@ -1,8 +1,9 @@
 """The body of a retrain job: shipped data plus stored samples, a candidate per
 backend/target, promoted only if better.
 
-Per backend/target it drops stored samples that are far from both the current model and
-their neighbours, holds out rows by a hash of their id, fits a candidate on the rest and
+Per backend/target it counts each sent program once and caps what one source brings
+(`training.evaluation.sample_groups`), drops stored samples that are far from both the
+current model and their neighbours, holds out rows by a hash of their id, fits a candidate on the rest and
 compares it with the current model on the held-out rows on fair ground
 (`training.promotion.compare`). A better candidate is written beside RETRAIN_DIR's models
 under a partial name, renamed into place once complete, and then promoted: the store
@@ -32,6 +33,7 @@ from costmodel.features import Placement
 from costmodel.models import load
 from costmodel.training.evaluation.interval_widening import with_shipped_widening
 from costmodel.training.evaluation.promotion import compare, holdout_split, suspect_rows
+from costmodel.training.evaluation.sample_groups import weigh_samples
 from costmodel.training.fitting.fit import select_rows, train
 from costmodel.training.fitting.publish import save
 from costmodel.training.store import dataset
@@ -75,14 +77,28 @@ def _groups(data: pd.DataFrame, scope: dict[str, Any], min_rows: int) -> list[tu
     return sorted(groups)
 
 
-def _screened(rows: pd.DataFrame, current) -> tuple[pd.DataFrame, int, int]:
-    """(rows without suspect samples, samples considered, samples dropped)."""
+def _screened(rows: pd.DataFrame, current) -> tuple[pd.DataFrame, dict[str, int]]:
+    """Rows with each sent program counted once, no source over its cap, and no suspect
+    sample; and counts of what was done (samples, sample_groups, capped_groups,
+    dropped_samples)."""
     samples = (rows["family"] == FAMILY).to_numpy() if "family" in rows else np.zeros(
         len(rows), bool)
-    if current is None or not samples.any():
-        return rows, int(samples.sum()), 0
-    drop = suspect_rows(rows, samples, current.predictor)
-    return rows[~drop].reset_index(drop=True), int(samples.sum()), int(drop.sum())
+    weighed = weigh_samples(rows, samples)
+    rows = weighed.rows
+    counts = {"samples": weighed.samples, "sample_groups": weighed.groups,
+              "capped_groups": weighed.capped, "dropped_samples": 0}
+    if current is None or not weighed.samples:
+        return rows, counts
+    drop = suspect_rows(rows, (rows["family"] == FAMILY).to_numpy(), current.predictor)
+    counts["dropped_samples"] = int(drop.sum())
+    return rows[~drop].reset_index(drop=True), counts
+
+
+def _trusted(holdout: pd.DataFrame) -> np.ndarray:
+    """Which held-out rows nobody sent: the shipped ones."""
+    if "family" not in holdout:
+        return np.ones(len(holdout), bool)
+    return (holdout["family"] != FAMILY).to_numpy()
 
 
 def _trained_rows(artifact) -> set[str] | None:
@@ -147,14 +163,14 @@ def _retrain_group(state, job_id: str, data: pd.DataFrame, key: tuple[str, str],
     backend, target = key
     label = Placement(backend, target).label
     current = state.registry.get(backend, target)
-    rows, samples, dropped = _screened(select_rows(data, backend, target), current)
+    rows, counts = _screened(select_rows(data, backend, target), current)
     train_rows, holdout = holdout_split(rows, float(state.config["HOLDOUT_FRACTION"]))
     candidate = train(train_rows, backend, target, **state.config["RETRAIN_PARAMS"])
     verdict = compare(candidate, None if current is None else current.predictor, train_rows,
                       holdout, None if current is None else _known_rows(current, rows),
-                      backend, target)
+                      backend, target, trusted=_trusted(holdout))
     result = {"backend": backend, "target": target, "rows": len(rows),
-              "train_rows": len(train_rows), "samples": samples, "dropped_samples": dropped,
+              "train_rows": len(train_rows), **counts,
               **verdict.to_dict(), "version": None,
               "previous_version": None if current is None else current.version}
     if verdict.promote:

@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 import psutil
 import sqlalchemy as sa
-from flask import Blueprint, current_app, url_for
+from flask import Blueprint, current_app, request, url_for
 from werkzeug.exceptions import NotFound
 
 from costmodel.features import ALL_FEATURES, Features
@@ -48,7 +48,8 @@ class SampleStore:
         self.db = db
 
     def add(self, features: Features, labels: dict[str, float | None],
-            environment: dict[str, Any], source: str, program_sha256: str) -> str:
+            environment: dict[str, Any], source: str, program_sha256: str,
+            client: str | None = None) -> str:
         sample_id = uuid.uuid4().hex
         values = {n: _json_number(features.values[n]) for n in ALL_FEATURES}
         with self.db.connect() as conn:
@@ -59,7 +60,7 @@ class SampleStore:
                 compile_seconds=labels["compile_seconds"],
                 peak_rss_bytes=labels.get("peak_rss_bytes"),
                 executable_memory_bytes=labels.get("executable_memory_bytes"),
-                environment=json.dumps(environment, sort_keys=True)))
+                environment=json.dumps(environment, sort_keys=True), client=client))
         return sample_id
 
     def count(self) -> int:
@@ -103,6 +104,7 @@ def _dataset_row(sample: dict[str, Any]) -> dict[str, Any]:
     # The stored id, so retraining twice sees the same rows (and the same holdout split).
     row["row_id"] = sample["id"]
     row["measured_at"] = sample["created_at"]
+    row["client"] = sample.get("client") or ""
     return row
 
 
@@ -144,7 +146,8 @@ def add_sample():
         body["features"], sort_keys=True)
     digest = hashlib.sha256(program.encode("utf-8", "surrogatepass")).hexdigest()
     store: SampleStore = current_app.extensions["costmodel"].samples
-    sample_id = store.add(features, labels, environment, source, digest)
+    sample_id = store.add(features, labels, environment, source, digest,
+                          client=request.remote_addr)
     location = url_for("samples.get_sample", sample_id=sample_id)
     return {"id": sample_id, "backend": features.backend, "target": features.target}, 201, {
         "Location": location}
@@ -159,4 +162,5 @@ def get_sample(sample_id: str):
     if sample is None:
         raise NotFound(f"no sample with id {shown_id(sample_id)}")
     labels = {api: sample.pop(stored) for api, stored in API_LABELS.items()}
+    sample.pop("client", None)  # the sender's address is for the retrain screen alone
     return {**sample, **labels}

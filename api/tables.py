@@ -26,6 +26,9 @@ samples = sa.Table(
     sa.Column("peak_rss_bytes", sa.Double),
     sa.Column("executable_memory_bytes", sa.Double),
     sa.Column("environment", sa.Text, nullable=False),
+    # The address the sample came from (NULL before it was recorded): a retrain caps the
+    # weight of any one source.
+    sa.Column("client", sa.Text),
 )
 
 jobs = sa.Table(

@@ -15,6 +15,7 @@ from typing import Any
 import pydantic
 from flask import current_app
 from pydantic import TypeAdapter
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from costmodel.features import (
     SCHEMA_VERSION,
@@ -52,9 +53,32 @@ def request_models(max_batch: int, max_sample_bytes: float) -> RequestModels:
     return RequestModels(adapters, {name: a.json_schema() for name, a in adapters.items()})
 
 
+# The largest object a valid body holds is a feature vector (about 120 names). Past this,
+# an object is refused before validation, which reports each unknown field (100k of them
+# took 2 s of CPU to describe; a few thousand, as a client's mistake may send, take ~0.1 s
+# and are named).
+MAX_OBJECT_FIELDS = 4096
+
+
+def _check_object_sizes(body: Any) -> None:
+    """A 400 for any object of the body, an instance, or their features or environment,
+    with more than MAX_OBJECT_FIELDS fields."""
+    found = [("", body)]
+    if isinstance(body, dict) and isinstance(body.get("instances"), list):
+        found += [(f"instances[{i}].", item) for i, item in enumerate(body["instances"][:MAX_OBJECT_FIELDS])]
+    for where, value in list(found):
+        if isinstance(value, dict):
+            found += [(f"{where}{key}.", value.get(key)) for key in ("features", "environment")]
+    for where, value in found:
+        if isinstance(value, dict) and len(value) > MAX_OBJECT_FIELDS:
+            raise ValidationError(f"{where.rstrip('.') or 'body'}: an object of {len(value)} "
+                                  f"fields; at most {MAX_OBJECT_FIELDS} are read")
+
+
 def parse(name: str, body: dict[str, Any]) -> Any:
     """`body` validated by this app's request model `name` ("PredictRequest", ...)."""
     models = current_app.extensions["costmodel"].requests
+    _check_object_sizes(body)
     try:
         return models.adapters[name].validate_python(body)
     except pydantic.ValidationError as exc:
@@ -71,8 +95,21 @@ def program_features(program: Program, where: str = "") -> Features:
                     target=program.target)
 
 
+def statement_count(text: str) -> int:
+    """At least the ops of module text, counted without parsing it: every op with results
+    has one `=` (attributes add more), and an op without results that StableHLO allows
+    many of is a `return`."""
+    return text.count("=") + text.count("return")
+
+
 def from_text(text: str, parse: Callable[[str], Any], where: str = "") -> Any:
-    """`parse(text)` of a `stablehlo` field, every way the text can be bad a 400."""
+    """`parse(text)` of a `stablehlo` field, every way the text can be bad a 400; a module
+    of more ops than MAX_MODULE_OPS a 413, before it is parsed."""
+    limit = current_app.config.get("MAX_MODULE_OPS") or 0
+    if limit and (count := statement_count(text)) > limit:
+        raise RequestEntityTooLarge(
+            f"{where}stablehlo: holds up to {count} ops (counted from its text); this server "
+            f"takes modules of at most {limit} (MAX_MODULE_OPS)")
     try:
         return parse(text)
     except RefusedText as exc:

@@ -7,7 +7,9 @@ request has started it reads the rest with a blocking socket and no time limit: 
 that stops half way holds a thread for good. This worker gives every request a deadline
 for arriving (`read_timeout`, from its first byte being read on a thread) and answers
 a stalled one with 408; errors gunicorn itself answers (414, 431, 400, 408) carry the
-service's JSON error shape instead of HTML.
+service's JSON error shape instead of HTML. After a large request it gives the memory
+back (`api.memory`), and it is not recycled (MAX_REQUESTS) while a retrain job runs on
+one of its threads, which recycling would kill.
 
 Why threads and not gevent: the service computes (parsing, tree ensembles and, with
 `RETRAIN_RUNNER="thread"`, retraining on a background thread for minutes); under
@@ -17,16 +19,23 @@ every request of its worker.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+import threading
 import time
 
 from gunicorn import util
+from gunicorn.http.errors import UnsupportedTransferCoding
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
+from . import memory
 from .errors import ClientTooSlow, error_body, printable
+from .retrain import THREAD_PREFIX
 
 DEFAULT_READ_TIMEOUT = 10.0
+# Requests a worker due for recycling serves at a time while a retrain job runs in it.
+RECYCLE_POSTPONED = 100
 # Responses are small; a client that does not read one for this long is gone.
 SEND_TIMEOUT = 30.0
 
@@ -72,13 +81,30 @@ def _json_error(sock, status_int: int, reason: str, mesg: str) -> None:
     util.write_nonblock(sock, head.encode("latin-1") + body)
 
 
+def retraining_here() -> bool:
+    """Whether a retrain job runs on a thread of this process."""
+    return any(thread.name.startswith(THREAD_PREFIX) and thread.is_alive()
+               for thread in threading.enumerate())
+
+
 class ServiceWorker(ThreadWorker):
     """gunicorn's threaded worker with per-request read deadlines and JSON errors."""
 
     def init_process(self) -> None:
         # Every error page gunicorn writes in this process goes through util.write_error.
         util.write_error = _json_error
+        memory.fixed_mmap_threshold()
         super().init_process()
+
+    def handle_request(self, req, conn):
+        if self.nr + 1 >= self.max_requests and retraining_here():
+            # Recycling now would kill the retrain job this process runs on a thread
+            # (RETRAIN_RUNNER="thread"): the worker is recycled after the job ends.
+            self.max_requests = self.nr + RECYCLE_POSTPONED
+        try:
+            return super().handle_request(req, conn)
+        finally:
+            memory.after_request(req)
 
     def accept(self, listener) -> None:
         try:
@@ -92,6 +118,13 @@ class ServiceWorker(ThreadWorker):
         self.enqueue_req(TConn(self.cfg, sock, address, listener.getsockname()))
 
     def handle_error(self, req, client, addr, exc) -> None:
+        if isinstance(exc, UnsupportedTransferCoding):
+            # gunicorn answers 501 under the reason "Bad Request": the body of a coding it
+            # cannot read is unreadable, which is the client's error, so 400 it is.
+            with contextlib.suppress(OSError):
+                _json_error(client, 400, "Bad Request",
+                            f"{exc}; this server reads only Transfer-Encoding: chunked")
+            return
         if isinstance(exc, ClientTooSlow):
             self.log.info("request from %s timed out: %s", addr, exc)
             try:

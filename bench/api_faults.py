@@ -7,9 +7,12 @@ Starts the real service (gunicorn, 2 workers) on a free 127.0.0.1 port, then
    20 ms;
 2. opens `--slow` connections that send half a request and stall, and probes `/healthz`
    until the server's read deadline has answered them all (408).
+
 Reports statuses by kind, 5xx answers and missing answers (both must be 0), worker
-restarts (the log's "Booting worker" lines beyond the first ones) and the probe's
-latency. Every loop is bounded in count and time; nothing leaves the loopback interface.
+crashes (timeouts, signals, non-zero exits in gunicorn's log: must be 0; recycling after
+MAX_REQUESTS is counted apart) and the probe's latency. Every loop is bounded in count
+and time; nothing leaves the loopback interface. `api_fuzz.py` is the generated
+counterpart: random requests from a grammar, not this list.
 
 Usage:
     python bench/api_faults.py --json bench/results/api_faults.json
@@ -28,6 +31,8 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
+
+import _hostile_modules as H
 
 HOST = "127.0.0.1"
 MB = 2**20
@@ -131,6 +136,41 @@ def _kinds() -> dict[str, Callable[[], bytes]]:
         "retrain without token": lambda: _post("/v1/retrain", b"{}"),
         "unknown route": lambda: _raw("GET /v1/nothing HTTP/1.1\r\nHost: h\r\n\r\n"),
         "wrong method": lambda: _raw("DELETE /v1/predict HTTP/1.1\r\nHost: h\r\n\r\n"),
+        **_round_two_kinds(),
+    }
+
+
+def _round_two_kinds() -> dict[str, Callable[[], bytes]]:
+    """The kinds of the second attack pass: parser crashes, runaway extraction, integer
+    overflow, framing, ids and field sizes the first kinds did not reach."""
+    from costmodel.features import SCHEMA_VERSION
+
+    huge_int = "1" + "0" * 400
+    return {
+        "affine-map stack bomb": lambda: _stablehlo(H.affine_bomb()),
+        "affine-map 200k terms": lambda: _stablehlo(H.affine_bomb(200_000, "d0 + ")),
+        "fan-out chain depth 18": lambda: _stablehlo(H.fanout(18)),
+        "200k-op module": lambda: _stablehlo(H.flat(200_000)),
+        "int-overflow dims": lambda: _stablehlo(H.overflow_dims()),
+        "int-overflow dims in a batch": lambda: _json("/v1/predict", json.dumps(
+            {"instances": [{"stablehlo": H.overflow_dims()}, {"stablehlo": SMALL_MODULE}]})),
+        "xchunked transfer encoding": lambda: _raw(
+            "POST /v1/predict HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: xchunked\r\n"
+            "Content-Type: application/json\r\n\r\n2\r\n{}\r\n0\r\n\r\n"),
+        "%00 sample id": lambda: _raw("GET /v1/samples/%00 HTTP/1.1\r\nHost: h\r\n\r\n"),
+        "%00 retrain id": lambda: _raw("GET /v1/retrain/%00 HTTP/1.1\r\nHost: h\r\n\r\n"),
+        "1 MB unknown key": lambda: _json("/v1/predict", '{"' + "k" * MB + '": 1}'),
+        "100k unknown keys": lambda: _json("/v1/predict", json.dumps(
+            {f"k{i:06d}": 1 for i in range(100_000)})),
+        "schema_version 17.0": lambda: _json("/v1/predict", '{"features": {"schema_version": '
+                                             f'{SCHEMA_VERSION}.0}}, "backend": "cpu"}}'),
+        "host_cpu_count 10**400": lambda: _json(
+            "/v1/predict", f'{{"features": {{"schema_version": {SCHEMA_VERSION}, '
+            '"host_cpu_count": ' + huge_int + '}, "backend": "cpu"}'),
+        "5 MB jaxlib_version": lambda: _json("/v1/predict", json.dumps(
+            {"features": {"schema_version": SCHEMA_VERSION, "jaxlib_version": "9" * (5 * MB)},
+             "backend": "cpu"})),
+        "5 MB string attribute": lambda: _stablehlo(H.with_string_attribute("a" * (5 * MB))),
     }
 
 
@@ -267,6 +307,18 @@ def worker_boots(log_text: str) -> int:
     return log_text.count("Booting worker")
 
 
+def worker_crashes(log_text: str) -> int:
+    """Workers that died or were killed (a timeout, a signal, a non-zero exit); a worker
+    recycled after MAX_REQUESTS (`worker_recycles`) exits cleanly and is not counted."""
+    lines = log_text.splitlines()
+    return sum(1 for line in lines if "WORKER TIMEOUT" in line or "exited with code" in line
+               or ("was sent SIG" in line and "was sent SIGTERM" not in line))
+
+
+def worker_recycles(log_text: str) -> int:
+    return log_text.count("Autorestarting worker")
+
+
 def main(argv: list[str] | None = None) -> int:
     import tempfile
     from pathlib import Path
@@ -292,7 +344,9 @@ def main(argv: list[str] | None = None) -> int:
             booted = worker_boots(server.log_path.read_text())
             hostile = with_probe(server.port, lambda: hostile_run(server.port, args.requests))
             slow = with_probe(server.port, lambda: slow_clients(server.port, args.slow, 60))
-            restarts = worker_boots(server.log_path.read_text()) - booted
+            log_text = server.log_path.read_text()
+            restarts = worker_boots(log_text) - booted
+            crashes, recycles = worker_crashes(log_text), worker_recycles(log_text)
         finally:
             server.stop()
         # The worker this replaced, against the two stalled clients of the bug report.
@@ -304,11 +358,12 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             sync.stop()
     result = {"model": kind, "workers": args.workers, "hostile": hostile, "slow": slow,
-              "worker_restarts": restarts, "sync_worker_two_slow_clients": sync_slow}
+              "worker_restarts": restarts, "worker_crashes": crashes,
+              "worker_recycles": recycles, "sync_worker_two_slow_clients": sync_slow}
     print(json.dumps({k: v for k, v in result.items()}, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
-    ok = (hostile["server_errors"] == 0 and hostile["no_answer"] == 0 and restarts == 0
+    ok = (hostile["server_errors"] == 0 and hostile["no_answer"] == 0 and crashes == 0
           and slow["answers"].get("None", 0) == 0)
     return 0 if ok else 1
 

@@ -107,11 +107,14 @@ def _payloads() -> list[tuple[str, bytes]]:
 
 
 class Server:
-    """`costmodel.api.serve` in a subprocess; `options` go to serve() (gunicorn settings)."""
+    """`costmodel.api.serve` in a subprocess; `config` updates the service configuration,
+    `options` go to serve() (gunicorn settings)."""
 
-    def __init__(self, model: Path, tmp: Path, workers: int, **options) -> None:
+    def __init__(self, model: Path, tmp: Path, workers: int, config: dict | None = None,
+                 **options) -> None:
         self.port = _free_port()
-        config = {"SAMPLES_DB": str(tmp / "samples.sqlite3"), "MODEL_PATHS": {"cpu": str(model)}}
+        config = {"SAMPLES_DB": str(tmp / "samples.sqlite3"), "MODEL_PATHS": {"cpu": str(model)},
+                  **(config or {})}
         script = ("import json, sys\nfrom costmodel.api import serve\nserve(sys.argv[1], "
                   "int(sys.argv[2]), workers=int(sys.argv[3]), config=json.loads(sys.argv[4]), "
                   "**json.loads(sys.argv[5]))")

@@ -123,7 +123,7 @@ def _io(block_ops) -> tuple[list, list]:
 
 
 def _scan_once(text: str, min_repeats: int) -> ScannedText | None:
-    from costmodel.features.stablehlo import _context, parse_module
+    from costmodel.features.stablehlo import parse_module
     from costmodel.features.stablehlo.parse import entry_function, functions
 
     module = parse_module(text, check=False)
@@ -139,7 +139,7 @@ def _scan_once(text: str, min_repeats: int) -> ScannedText | None:
     if repeats < min_repeats:
         return None
     blocks = [ops[start + k * size: start + (k + 1) * size] for k in range(repeats)]
-    with _context(), _location():
+    with module.context, _location():
         if not _rewrite_run(module, main, blocks, name):
             return None
         module.operation.verify()  # raises for a module the rewrite left invalid

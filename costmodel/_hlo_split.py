@@ -79,11 +79,11 @@ def _part(text: str, name: str) -> str:
     """The module with function `name` as its public entry, and what that calls."""
     from jax._src.lib.mlir import ir
 
-    from costmodel.features.stablehlo import _context, parse_module
+    from costmodel.features.stablehlo import parse_module
     from costmodel.features.stablehlo.parse import entry_function, functions
 
     module = parse_module(text, check=False)
-    with _context(), _location():
+    with module.context, _location():
         funcs = functions(module)
         entry = entry_function(funcs)
         funcs.pop(entry).erase()
@@ -104,11 +104,11 @@ def _glue(text: str) -> str:
     from jax._src.lib.mlir import ir
     from jax._src.lib.mlir.dialects import hlo
 
-    from costmodel.features.stablehlo import _context, parse_module
+    from costmodel.features.stablehlo import parse_module
     from costmodel.features.stablehlo.parse import entry_function, functions
 
     module = parse_module(text, check=False)
-    with _context(), _location():
+    with module.context, _location():
         funcs = functions(module)
         entry = entry_function(funcs)
         calls, _ = _entry_calls(funcs, entry)

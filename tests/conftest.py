@@ -16,7 +16,8 @@ import stores
 
 from costmodel.features import MODEL_FEATURES
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
 # the rooms of bench/: benchmarks, per-model evaluations, archived research probes
 BENCH_ROOMS = (BENCH, BENCH / "evaluations", BENCH / "archive")
 
@@ -141,3 +142,64 @@ def good_data(tmp_path_factory):
     from test_api_support import rows, write_data
 
     return write_data(tmp_path_factory.mktemp("data") / "cpu.parquet", rows(30, seed=2))
+
+
+# -- the retrain tests on real measured rows (tests/retrain_support.py) ----------------------
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory):
+    """(parquet path, rows) of 8 shipped synthetic CPU families: the service's training
+    data (the rows these tests were written against; real programs sort among them)."""
+    from test_api_support import write_data
+
+    from costmodel.training.fitting.fit import select_rows
+    from costmodel.training.store import dataset
+
+    data = dataset.load([ROOT / "training/data/cpu/rows.parquet"])
+    data = data[data["library"].fillna("") == ""]
+    chosen = select_rows(data[data["family"].isin(sorted(set(data["family"]))[:8])], "cpu")
+    return write_data(tmp_path_factory.mktemp("shipped") / "cpu.parquet", chosen), chosen
+
+
+@pytest.fixture(scope="module")
+def newcomers():
+    """Measured rows of 4 families the shipped data leaves out. Not `flow`: the 8-family
+    served model under-predicts its two 32-layer gradients about 4.7x, more than their
+    smaller neighbours, and the screen drops those honest rows (a false positive of the
+    screen, open)."""
+    from costmodel.training.fitting.fit import select_rows
+    from costmodel.training.store import dataset
+
+    data = dataset.load([ROOT / "bench/data/cpu_unshipped_families.parquet"])
+    families = sorted(set(data["family"]) - {"flow"})[:4]
+    return select_rows(data[data["family"].isin(families)], "cpu")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, shipped):
+    """The current model: the memorizing recipe fitted on every shipped row, the ones a
+    retrain holds out among them, as the shipped model was."""
+    from retrain_support import MEMORIZING
+
+    from costmodel.training.fitting.fit import train
+    from costmodel.training.fitting.publish import save
+
+    out = tmp_path_factory.mktemp("served") / "cpu"
+    estimator = train(shipped[1], "cpu", "", **MEMORIZING)
+    save(estimator, out, backend="cpu", target="", data=shipped[1], metrics={}, name="served")
+    return out
+
+
+@pytest.fixture
+def numbered_sample_ids(monkeypatch):
+    """Sample ids in the order samples arrive, not random: which samples the holdout takes
+    (by the hash of their id) is then the same on every run."""
+    import itertools
+    import types
+    import uuid
+
+    from costmodel.api import samples
+
+    counter = itertools.count()
+    monkeypatch.setattr(samples, "uuid", types.SimpleNamespace(
+        uuid4=lambda: uuid.UUID(int=next(counter))))

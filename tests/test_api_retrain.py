@@ -9,47 +9,32 @@ about a second.
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from retrain_support import client_of, send, service
 from test_api_support import (
     SAMPLES_TOKEN,
-    TOKEN,
     bearer,
-    config,
     error,
     feature_body,
     rows,
     stablehlo,
     train_artifact,
     wait_for_job,
-    write_data,
 )
 from threadpoolctl import threadpool_limits
 
-from costmodel.api import create_app
 from costmodel.api.retrain_job import TRAINING_ROWS_FILE, holdout_split, training_frame
 from costmodel.api.tables import jobs as jobs_table
-from costmodel.features import ALL_FEATURES, MODEL_FEATURES, SCHEMA_VERSION
 from costmodel.models import load
 from costmodel.training.evaluation.evaluate import holdout_score
-from costmodel.training.fitting.fit import select_rows, train
-from costmodel.training.fitting.publish import save
-from costmodel.training.store import dataset
-
-ROOT = Path(__file__).resolve().parents[1]
-WITHIN = {"compile_seconds": "within", "peak_rss_bytes": "within",
-          "executable_memory_bytes": "within"}
-# A recipe whose trees memorize their rows: scored on rows it trained on, it looks far
-# better than it is (the shipped model: 0.075 there, about 0.24 on unseen families).
-MEMORIZING = {"max_iter": 30, "learning_rate": 0.3, "n_folds": 2, "baseline": WITHIN,
-              "min_samples_leaf": 2, "max_leaf_nodes": 31, "l2_regularization": 0.0}
+from costmodel.training.evaluation.sample_groups import weigh_samples
+from costmodel.training.fitting.fit import select_rows
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -59,28 +44,13 @@ def _one_thread():
 
 
 @pytest.fixture(autouse=True)
-def _numbered_sample_ids(monkeypatch):
-    """Sample ids in the order samples arrive, not random: which samples the holdout takes
-    (by the hash of their id) is then the same on every run."""
-    import itertools
-    import types
-    import uuid
-
-    from costmodel.api import samples
-
-    counter = itertools.count()
-    monkeypatch.setattr(samples, "uuid", types.SimpleNamespace(
-        uuid4=lambda: uuid.UUID(int=next(counter))))
+def _numbered(numbered_sample_ids):
+    """Sample ids in the order samples arrive (conftest)."""
 
 
 @pytest.fixture(autouse=True)
 def _each_store(store):
     """Every test here runs on SQLite and on PostgreSQL (conftest's `store`)."""
-
-
-def _client(tmp_path, model, **overrides):
-    app = create_app(config(tmp_path, model, RETRAIN_TOKEN=TOKEN, **overrides))
-    return app, app.test_client()
 
 
 def _job(client):
@@ -100,7 +70,7 @@ def _start(client, body=None):
 
 
 def test_retrain_swaps_in_a_better_model(tmp_path, wrong_model, good_data):
-    app, client = _client(tmp_path, wrong_model, TRAINING_DATA=[good_data])
+    app, client = client_of(tmp_path, wrong_model, TRAINING_DATA=[good_data])
     old = client.get("/v1/models").json["models"][0]["version"]
     before = client.post("/v1/predict", json={"stablehlo": stablehlo()}).json["predictions"][0]
     job = wait_for_job(_job(client), _start(client))
@@ -127,15 +97,20 @@ def test_retrain_swaps_in_a_better_model(tmp_path, wrong_model, good_data):
 
 
 def test_retrain_uses_stored_samples_with_the_shipped_rows(tmp_path, wrong_model, good_data):
-    app, client = _client(tmp_path, wrong_model, TRAINING_DATA=[good_data],
+    app, client = client_of(tmp_path, wrong_model, TRAINING_DATA=[good_data],
                           SAMPLES_TOKEN=SAMPLES_TOKEN)
-    _send(client, rows(12, seed=3), scale=1.01)  # the fastest is 1e-4 s less a rounding error
+    send(client, rows(12, seed=3), scale=1.01)  # the fastest is 1e-4 s less a rounding error
     job = wait_for_job(_job(client), _start(client))
     assert job["status"] == "succeeded", job
     (result,) = job["results"]
-    _, holdout = holdout_split(training_frame(app.extensions["costmodel"]), 0.2)
+    _, holdout = holdout_split(_weighed(training_frame(app.extensions["costmodel"])), 0.2)
     assert (result["rows"], result["samples"], result["dropped_samples"]) == (42, 12, 0)
+    assert (result["sample_groups"], result["capped_groups"]) == (12, 0)
     assert result["holdout_rows"] == len(holdout)
+
+
+def _weighed(frame):
+    return weigh_samples(frame, (frame["family"] == "sample").to_numpy()).rows
 
 
 def test_the_holdout_keeps_every_row_on_its_side_as_rows_arrive():
@@ -150,59 +125,6 @@ def test_the_holdout_keeps_every_row_on_its_side_as_rows_arrive():
 
 # -- promotion on fair ground, on real measured rows -----------------------------------------
 
-@pytest.fixture(scope="module")
-def shipped(tmp_path_factory):
-    """(parquet path, rows) of 8 shipped synthetic CPU families: the service's training
-    data (the rows these tests were written against; real programs sort among them)."""
-    data = dataset.load([ROOT / "training/data/cpu/rows.parquet"])
-    data = data[data["library"].fillna("") == ""]
-    chosen = select_rows(data[data["family"].isin(sorted(set(data["family"]))[:8])], "cpu")
-    return write_data(tmp_path_factory.mktemp("shipped") / "cpu.parquet", chosen), chosen
-
-
-@pytest.fixture(scope="module")
-def newcomers():
-    """Measured rows of 4 families the shipped data leaves out. Not `flow`: the 8-family
-    served model below under-predicts its two 32-layer gradients about 4.7x, more than their
-    smaller neighbours, and the screen drops those honest rows (a false positive of the
-    screen, open)."""
-    data = dataset.load([ROOT / "bench/data/cpu_unshipped_families.parquet"])
-    families = sorted(set(data["family"]) - {"flow"})[:4]
-    return select_rows(data[data["family"].isin(families)], "cpu")
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory, shipped):
-    """The current model: the memorizing recipe fitted on every shipped row, the ones a
-    retrain holds out among them, as the shipped model was."""
-    out = tmp_path_factory.mktemp("served") / "cpu"
-    estimator = train(shipped[1], "cpu", "", **MEMORIZING)
-    save(estimator, out, backend="cpu", target="", data=shipped[1], metrics={}, name="served")
-    return out
-
-
-def _service(tmp_path, served, shipped):
-    return _client(tmp_path, served, TRAINING_DATA=[shipped[0]], SAMPLES_TOKEN=SAMPLES_TOKEN,
-                   RETRAIN_PARAMS=MEMORIZING)
-
-
-def _send(client, data, scale: float = 1.0) -> None:
-    """Each row as a sample: its features, labels (compile seconds times `scale`), machine."""
-    for record in data.to_dict("records"):
-        features = {n: record[f"f_{n}"] for n in ALL_FEATURES if f"f_{n}" in record and (
-            n in MODEL_FEATURES or math.isfinite(record[f"f_{n}"]))}
-        labels = {api: record[stored] for api, stored in (
-            ("peak_memory_bytes", "peak_rss_bytes"),
-            ("executable_memory_bytes", "executable_memory_bytes"))
-            if math.isfinite(record.get(stored, math.nan))}
-        environment = {"ref_seconds": record["ref_seconds"], "cpu_model": "test-cpu"}
-        response = client.post("/v1/samples", headers=bearer(SAMPLES_TOKEN), json={
-            "features": {"schema_version": SCHEMA_VERSION, **features},
-            "compile_seconds": record["compile_seconds"] * scale,
-            **labels, "environment": environment})
-        assert response.status_code == 201, response.json
-
-
 def _retrain_dir(tmp_path) -> list[str]:
     folder = tmp_path / "retrained"
     return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
@@ -210,13 +132,18 @@ def _retrain_dir(tmp_path) -> list[str]:
 
 def test_a_better_candidate_is_promoted_although_the_current_model_saw_the_holdout(
         tmp_path, served, shipped, newcomers):
-    app, client = _service(tmp_path, served, shipped)
-    _send(client, newcomers)
+    app, client = service(tmp_path, served, shipped)
+    send(client, newcomers)
     job = wait_for_job(_job(client), _start(client))
     (result,) = job["results"]
     assert job["status"] == "succeeded" and result["swapped"], job
-    # new families are far from the model, but near each other: none is dropped
+    # new families are far from the model, but near each other: none is dropped; one
+    # source brings at most half as many programs as the 441 shipped rows
     assert (result["samples"], result["dropped_samples"]) == (len(newcomers), 0)
+    assert (result["sample_groups"], result["capped_groups"]) == (235, 235 - 220)
+    assert result["rows"] == 441 + 220 and result["trusted_holdout_rows"] == 85
+    # the gain is on the newcomers' held-out rows; on the shipped ones it stays within 10%
+    assert result["score_new_trusted"] <= 1.1 * result["score_to_beat_trusted"]
     assert result["current_saw_holdout"] is True
     # Scored on rows it trained on, the served model looks better than the candidate (the
     # old rule compared these two and kept it); its recipe refitted on the same training
@@ -224,7 +151,7 @@ def test_a_better_candidate_is_promoted_although_the_current_model_saw_the_holdo
     assert result["score_current"] < result["score_new"] < result["score_current_refit"]
     assert result["score_to_beat"] == result["score_current_refit"]
     frame = training_frame(app.extensions["costmodel"])
-    train_rows, holdout = holdout_split(select_rows(frame, "cpu"), 0.2)
+    train_rows, holdout = holdout_split(_weighed(select_rows(frame, "cpu")), 0.2)
     promoted = tmp_path / "retrained" / f"cpu-{job['job']}"
     assert result["score_new"] == holdout_score(load(promoted), holdout)
     recorded = json.loads((promoted / TRAINING_ROWS_FILE).read_text())["row_ids"]
@@ -246,8 +173,8 @@ def test_samples_far_from_the_model_and_their_neighbours_are_dropped(tmp_path, s
                                                                      shipped):
     # Copies of measured programs with compile times 30x too long: each is far from the
     # model, and its nearest neighbour (the program itself, measured) disagrees.
-    app, client = _service(tmp_path, served, shipped)
-    _send(client, shipped[1].sample(60, random_state=0), scale=30.0)
+    app, client = service(tmp_path, served, shipped)
+    send(client, shipped[1].sample(60, random_state=0), scale=30.0)
     job = wait_for_job(_job(client), _start(client))
     (result,) = job["results"]
     assert (result["samples"], result["dropped_samples"]) == (60, 60)
@@ -261,8 +188,8 @@ def test_samples_far_from_the_model_and_their_neighbours_are_dropped(tmp_path, s
 def test_poison_that_passes_the_screen_loses_on_the_held_out_rows(tmp_path, served, shipped):
     # 2.5x too long: within the 3x a machine may differ by, so no sample is dropped, but a
     # model that learns them predicts the measured rows worse.
-    app, client = _service(tmp_path, served, shipped)
-    _send(client, shipped[1].sample(120, random_state=1), scale=2.5)
+    app, client = service(tmp_path, served, shipped)
+    send(client, shipped[1].sample(120, random_state=1), scale=2.5)
     job = wait_for_job(_job(client), _start(client))
     (result,) = job["results"]
     assert (result["samples"], result["dropped_samples"]) == (120, 0)
@@ -272,7 +199,7 @@ def test_poison_that_passes_the_screen_loses_on_the_held_out_rows(tmp_path, serv
 
 
 def test_retrain_without_enough_rows_fails_with_a_reason(tmp_path, wrong_model):
-    app, client = _client(tmp_path, wrong_model)
+    app, client = client_of(tmp_path, wrong_model)
     job = wait_for_job(_job(client), _start(client))
     assert job["status"] == "failed" and job["swapped"] is False
     assert job["error"] == ("RetrainError: no backend/target in scope {'backend': None, "
@@ -281,7 +208,7 @@ def test_retrain_without_enough_rows_fails_with_a_reason(tmp_path, wrong_model):
 
 
 def test_one_job_at_a_time_and_orphans_are_failed(tmp_path, wrong_model, good_data):
-    app, client = _client(tmp_path, wrong_model, TRAINING_DATA=[good_data])
+    app, client = client_of(tmp_path, wrong_model, TRAINING_DATA=[good_data])
     jobs = app.extensions["costmodel"].jobs
     running = jobs.create({"backend": None, "target": None})
     jobs.update(running, status="running")
@@ -305,7 +232,7 @@ def _dead_pid() -> int:
 
 
 def test_retrain_rejects_a_bad_scope(tmp_path, wrong_model):
-    app, client = _client(tmp_path, wrong_model)
+    app, client = client_of(tmp_path, wrong_model)
     response = client.post("/v1/retrain", headers=bearer(), json={"backend": "ipu"})
     assert response.status_code == 400
     assert response.json["description"].startswith("unknown backend 'ipu'")
@@ -316,8 +243,8 @@ def test_retrain_rejects_a_bad_scope(tmp_path, wrong_model):
 
 def test_other_workers_and_restarts_pick_up_the_promoted_model(tmp_path, wrong_model,
                                                                good_data):
-    app_a, client_a = _client(tmp_path, wrong_model, TRAINING_DATA=[good_data])
-    app_b, client_b = _client(tmp_path, wrong_model, TRAINING_DATA=[good_data])
+    app_a, client_a = client_of(tmp_path, wrong_model, TRAINING_DATA=[good_data])
+    app_b, client_b = client_of(tmp_path, wrong_model, TRAINING_DATA=[good_data])
     old = client_b.get("/v1/models").json["models"][0]["version"]
     job = wait_for_job(_job(client_a), _start(client_a))
     new = job["results"][0]["version"]
@@ -325,17 +252,17 @@ def test_other_workers_and_restarts_pick_up_the_promoted_model(tmp_path, wrong_m
     # worker B never ran the job: it finds the promotion on its next request
     assert client_b.get("/v1/models").json["models"][0]["version"] == new
     assert _job(client_b)(job["job"])["status"] == "succeeded"
-    _, restarted = _client(tmp_path, wrong_model)
+    _, restarted = client_of(tmp_path, wrong_model)
     assert restarted.get("/v1/models").json["models"][0]["version"] == new
     # a model configured after the promotion wins over it at the next start
     time.sleep(1.1)  # manifests record creation to the second
     newer = train_artifact(tmp_path / "newer", seed=4)
-    _, redeployed = _client(tmp_path, newer)
+    _, redeployed = client_of(tmp_path, newer)
     assert redeployed.get("/v1/models").json["models"][0]["version"] == load(newer).version
 
 
 def test_no_request_fails_while_a_model_is_swapped(tmp_path, wrong_model, good_data):
-    app, client = _client(tmp_path, wrong_model, TRAINING_DATA=[good_data])
+    app, client = client_of(tmp_path, wrong_model, TRAINING_DATA=[good_data])
     old = client.get("/v1/models").json["models"][0]["version"]
     bodies = [{"stablehlo": stablehlo(3)}, feature_body()]
     failures: list = []

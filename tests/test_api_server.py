@@ -103,7 +103,9 @@ def test_deeply_nested_module_does_not_kill_a_worker(server):
 HOSTILE = ("escaped quotes 1 MB", "lone surrogate in field name", "duplicate keys",
            "chunked over the limit", "bad chunk size", "both Content-Length and chunked",
            "URL of 10 KB", "200 headers", "header of 20 KB", "malformed request line",
-           "NUL in module", "invalid UTF-8 bytes")
+           "NUL in module", "invalid UTF-8 bytes", "xchunked transfer encoding",
+           "affine-map stack bomb", "%00 sample id", "%00 retrain id", "schema_version 17.0",
+           "host_cpu_count 10**400", "1 MB unknown key")
 
 
 def test_hostile_requests_get_json_4xx_and_no_worker_dies(server):
@@ -118,7 +120,10 @@ def test_hostile_requests_get_json_4xx_and_no_worker_dies(server):
         "bad chunk size": (400, 400), "both Content-Length and chunked": (400, 400),
         "URL of 10 KB": (414, 414), "200 headers": (431, 431), "header of 20 KB": (431, 431),
         "malformed request line": (400, 400), "NUL in module": (400, 400),
-        "invalid UTF-8 bytes": (400, 400)}
+        "invalid UTF-8 bytes": (400, 400), "xchunked transfer encoding": (400, 400),
+        "affine-map stack bomb": (400, 400), "%00 sample id": (401, 401),
+        "%00 retrain id": (401, 401), "schema_version 17.0": (400, 400),
+        "host_cpu_count 10**400": (400, 400), "1 MB unknown key": (400, 400)}
     assert faults.worker_boots(server.log.read_text()) == 2
 
 

@@ -210,3 +210,87 @@ def test_the_service_answers_overflowing_shapes_without_a_500(client):
     batch = client.post("/v1/predict", json={"instances": [{"stablehlo": OVERFLOWING},
                                                            {"stablehlo": fanout(2)}]})
     assert batch.status_code < 500, batch.json
+
+
+def _with_attribute(value: str) -> str:
+    return ('module attributes {x.a = "' + value + '"} {\n' + flat(4).split("\n", 1)[1])
+
+
+def test_the_parse_context_is_renewed_so_unique_attributes_do_not_pile_up(monkeypatch):
+    import psutil
+
+    from costmodel.features.stablehlo import contractions, parse
+
+    monkeypatch.setattr(parse, "RENEW_BYTES", 4 * 2**20)
+    first = parse._context()
+    dot = from_stablehlo(_DOT)
+    assert contractions._dims_of.cache_info().currsize > 0
+    process = psutil.Process()
+    start = process.memory_info().rss
+    for i in range(40):  # 40 MB of distinct attributes, 1 MB each
+        feats = from_stablehlo(_with_attribute(f"{i:07d}" * 150_000))
+        assert feats["hlo_ops"] == 4
+    grown = process.memory_info().rss - start
+    # one context kept them all: 46.6 MB here; renewed every 4 MB of text: 17 MB (what the
+    # allocator keeps of freed contexts' memory for reuse)
+    assert grown < 24 * 2**20, grown
+    assert parse._context() is not first
+    assert contractions._dims_of.cache_info().currsize == 0
+    assert from_stablehlo(_DOT).values == dot.values
+
+
+_DOT = """module @m {
+  func.func public @main(%a: tensor<8x16xf32>, %b: tensor<16x4xf32>) -> tensor<8x4xf32> {
+    %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0]
+      : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
+    return %0 : tensor<8x4xf32>
+  }
+}"""
+
+
+def test_the_service_refuses_a_module_of_more_ops_than_it_takes_before_parsing(tmp_path):
+    app = create_app(config(tmp_path, train_artifact(tmp_path / "cpu"), MAX_MODULE_OPS=50))
+    client = app.test_client()
+    assert client.post("/v1/predict", json={"stablehlo": flat(48)}).status_code == 200
+    response = client.post("/v1/predict", json={"stablehlo": flat(60)})
+    assert (response.status_code, response.json["description"]) == (413, (
+        "stablehlo: holds up to 61 ops (counted from its text); this server takes modules "
+        "of at most 50 (MAX_MODULE_OPS)"))
+    batch = client.post("/v1/predict", json={"instances": [{"stablehlo": flat(4)},
+                                                           {"stablehlo": flat(60)}]})
+    assert batch.status_code == 413 and batch.json["description"].startswith("instances[1]")
+
+
+def test_the_default_limit_refuses_a_200k_op_module_in_under_a_second(tmp_path):
+    app = create_app(config(tmp_path, train_artifact(tmp_path / "cpu")))
+    assert app.config["MAX_MODULE_OPS"] == 100_000
+    # as compact as the syntax allows: 7.8 MiB, under the 8 MiB body limit
+    text = " ".join(["module{func.func @main(%a:tensor<f32>)->tensor<f32>{",
+                     "%0=stablehlo.abs %a:tensor<f32>",
+                     *(f"%{i}=stablehlo.abs %{i - 1}:tensor<f32>" for i in range(1, 200_000)),
+                     "return %199999:tensor<f32>}}"])
+    body = json.dumps({"stablehlo": text})
+    assert len(body) < app.config["MAX_CONTENT_LENGTH"]
+    response, seconds = timed(lambda: app.test_client().post(
+        "/v1/predict", data=body, content_type="application/json"))
+    assert response.status_code == 413 and "MAX_MODULE_OPS" in response.json["description"]
+    assert seconds < 1.0
+
+
+def test_objects_of_too_many_fields_are_refused_before_validation(tmp_path):
+    app = create_app(config(tmp_path, train_artifact(tmp_path / "cpu")))
+    client = app.test_client()
+    keys = {f"k{i:06d}": 1 for i in range(100_000)}
+    body = json.dumps(keys)
+    response, seconds = timed(lambda: client.post("/v1/predict", data=body,
+                                                  content_type="application/json"))
+    assert (response.status_code, response.json["description"]) == (
+        400, "body: an object of 100000 fields; at most 4096 are read")
+    assert seconds < 1.0
+    batch = client.post("/v1/predict", json={"instances": [
+        {"stablehlo": flat(2)}, {"features": keys, "backend": "cpu"}]})
+    assert batch.json["description"] == (
+        "instances[1].features: an object of 100000 fields; at most 4096 are read")
+    # a few unknown fields are still named, as validation names them
+    few = client.post("/v1/predict", json={"stablehlo": flat(2), "k": 1})
+    assert few.status_code == 400 and few.json["description"].startswith("unknown field(s): k")

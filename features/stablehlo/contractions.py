@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from .parse import on_new_context
 from .tensors import TensorInfo, product, tensor
 
 _DOT_DIMS = re.compile(r"((?:lhs|rhs)_(?:batching|contracting)_dimensions) = \[([0-9, ]*)\]")
@@ -71,6 +72,10 @@ def _dims_of(attribute) -> dict[str, list[int]]:
     # (read only: every dot with this attribute gets this dict)
     return {key: [int(d) for d in value.split(",") if d.strip()]
             for key, value in _DOT_DIMS.findall(str(attribute))}
+
+
+# the cache holds attributes, which hold their context: dropped when it is replaced
+on_new_context(_dims_of.cache_clear)
 
 
 def operand_transposed(rank: int, batch: list[int], contracting: list[int],
