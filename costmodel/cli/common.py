@@ -103,11 +103,12 @@ def backend_and_target(backend: str | None, target: str | None,
     target is told what exists (`placements_offered`), never blaming a backend the user
     did not name."""
     from costmodel.features import normalize_target
-    from costmodel.features.environment import KNOWN_BACKENDS, KNOWN_TARGETS
+    from costmodel.features.environment import KNOWN_BACKENDS, KNOWN_TARGETS, model_target
 
     if target:
         key = target.lower()
-        owners = [b for b in KNOWN_BACKENDS if key in KNOWN_TARGETS.get(b, ())]
+        owners = [b for b in KNOWN_BACKENDS
+                  if model_target(b, key) in KNOWN_TARGETS.get(b, ())]
         if backend is None and key in KNOWN_BACKENDS:
             raise UsageError(f"{target!r} is a backend, not a target: use --backend {key}; "
                              f"{placements_offered(need_model)}")

@@ -27,7 +27,8 @@ def cmd_sweep(args) -> int:
         modules=tuple(args.module), dask_address=args.dask, retry_errors=args.retry_errors,
         allow_concurrent=args.allow_concurrent, any_worker=args.any_worker,
         progress=not args.json, programs_of=tuple(args.programs_of),
-        max_repeats=args.max_repeats, trace_phases=not args.no_phases)
+        max_repeats=args.max_repeats, trace_phases=not args.no_phases,
+        shardings=tuple(args.shardings))
     try:
         summary = run_sweep(config)
     except ClusterRefused as exc:  # the cluster's set-up, not a fault of the sweep

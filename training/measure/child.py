@@ -42,18 +42,20 @@ def run(spec: dict) -> dict:
     from costmodel.training import corpus
 
     from .harness import measure
+    from .sharding import split_params
 
     family = corpus.get_family(spec["family"])
     if family.x64:
         jax.config.update("jax_enable_x64", True)
-    params = dict(spec.get("params", {}))
+    # a sharded variant's strategy is one of its params (so it keys the row), not the family's
+    params, sharding = split_params(spec.get("params", {}))
 
     def build():
         return family.build(**params)
 
     row = measure(build, backend=spec.get("backend", "cpu"), target=spec.get("target", ""),
                   max_repeats=int(spec.get("max_repeats", 3)),
-                  trace_phases=bool(spec.get("trace_phases", True)))
+                  trace_phases=bool(spec.get("trace_phases", True)), sharding=sharding)
     return {**row, "library": family.library}
 
 
