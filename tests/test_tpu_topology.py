@@ -101,7 +101,8 @@ _ON_CPU_DEVICES = textwrap.dedent("""
         out[strategy] = {"stats": stats, "specs": specs, "x": list(placed[1].sharding.spec),
                          "collectives": collective_count(lowered.compile().as_text()),
                          "inputs": {k: features.model_inputs()[k]
-                                    for k in ("chips", "sharded_args", "sharded_input_share")}}
+                                    for k in ("chips", "sharded_args", "sharded_input_share")},
+                         "text": lowered.as_text()}
     try:
         shard_args(({"b": jax.ShapeDtypeStruct((3,), f32)}, jax.ShapeDtypeStruct((3,), f32)),
                    "dp", jax.devices())
@@ -175,3 +176,66 @@ def test_no_sharding_refused_before_a_topology(monkeypatch):
         sharded_placement(Where("tpu", "v5e"), "dp")
     assert collective_count("%a = f32[4] all-reduce(%b)\n%c = all-gather-start(%d)") == 2
     assert issubclass(NotSharded, ValueError)
+
+
+def _served_tpu_app(tmp_path):
+    from test_api_support import config
+
+    from costmodel.api import create_app
+
+    paths = {("tpu", "v5e"): default_path("tpu", "v5e")}
+    return create_app(config(tmp_path, None, MODEL_PATHS=paths))
+
+
+def test_a_topology_target_is_answered_by_the_chips_model_from_the_chip_count(on_cpu_devices):
+    import costmodel
+
+    text = on_cpu_devices["fsdp"]["text"]
+    one = costmodel.predict_stablehlo(text, backend="tpu", target="v5e")
+    many = costmodel.predict_stablehlo(text, backend="tpu", target="v5e:4x4")
+    assert (many.backend, many.target) == ("tpu", "v5e:4x4")
+    assert many.model_version == one.model_version  # the shipped v5e model serves both
+    assert "chips" in many._artifact.predictor.feature_names
+    inputs = many.features.model_inputs()
+    assert (inputs["chips"], inputs["sharded_args"]) == (16.0, 3.0)
+    assert many.compile_seconds != one.compile_seconds  # the chip count is read
+    assert 0.01 < many.compile_seconds < 100.0
+
+
+def test_http_predicts_for_a_topology_target(tmp_path, on_cpu_devices):
+    import costmodel
+
+    text = on_cpu_devices["dp"]["text"]
+    client = _served_tpu_app(tmp_path).test_client()
+    response = client.post("/v1/predict", json={"stablehlo": text, "backend": "tpu",
+                                                "target": "v5e:2x2"})
+    assert response.status_code == 200, response.json
+    (served,) = response.json["predictions"]
+    assert served["target"] == "v5e:2x2"
+    in_process = costmodel.predict_stablehlo(text, backend="tpu", target="v5e:2x2")
+    assert served["compile_seconds"] == pytest.approx(in_process.compile_seconds)
+    wrong = client.post("/v1/predict", json={"stablehlo": text, "backend": "tpu",
+                                             "target": "v4:2x2"})
+    assert wrong.status_code == 400
+
+
+def test_held_out_scores_are_split_by_chips_and_strategy():
+    from costmodel.training.evaluation.by_placement import card_section, scores
+
+    rows = pd.DataFrame({"key": ["a", "b", "c", "d"],
+                         "target": ["v5e", "v5e", "v5e:2x2", "v5e:4x4"],
+                         "sharding": [None, None, "dp", "tp"]})
+    actual = [1.0, 2.0, 4.0, 8.0]
+    point = [1.0, 3.0, 2.0, 8.0]  # folds 1, 1.5, 2, 1
+    predictions = pd.DataFrame({"split": "leave_library_out", "target": "compile_seconds",
+                                "model": "costmodel", "key": rows["key"], "actual": actual,
+                                "point": point, "lo": [0.5] * 4, "hi": [3.0] * 4})
+    result = scores(predictions, rows)
+    assert list(result) == ["single chip", "sharded, 4-16 chips", "sharded, 4 chips",
+                            "sharded, 16 chips", "sharded, dp", "sharded, tp"]
+    assert result["single chip"]["costmodel"]["median_fold"] == pytest.approx(1.25)
+    assert result["sharded, 4-16 chips"]["costmodel"]["median_fold"] == pytest.approx(1.5)
+    assert result["sharded, 4 chips"]["costmodel"]["coverage"] == 0.0  # 4 s above [0.5, 3]
+    assert result["sharded, tp"]["costmodel"]["n"] == 1
+    assert "| sharded, 16 chips | costmodel | 1 | 1 |" in "\n".join(card_section(result))
+    assert scores(predictions, rows.assign(target="v5e")) == {}  # no sharded rows: no split
