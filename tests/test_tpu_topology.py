@@ -239,3 +239,19 @@ def test_held_out_scores_are_split_by_chips_and_strategy():
     assert result["sharded, tp"]["costmodel"]["n"] == 1
     assert "| sharded, 16 chips | costmodel | 1 | 1 |" in "\n".join(card_section(result))
     assert scores(predictions, rows.assign(target="v5e")) == {}  # no sharded rows: no split
+
+
+def test_cli_predicts_for_a_topology_target(capsys, tmp_path):
+    from costmodel import cli
+
+    path = tmp_path / "prog.py"
+    path.write_text("import jax.numpy as jnp\ndef f(x):\n    return jnp.tanh(x @ x)\n")
+    answers = {}
+    for target in ("v5e", "v5e:4x4"):
+        assert cli.main(["predict", f"{path}:f", "--arg", "f32[64,64]", "--target", target,
+                         "--json"]) == 0
+        answers[target] = json.loads(capsys.readouterr().out)
+    assert answers["v5e:4x4"]["target"] == "v5e:4x4"
+    assert answers["v5e:4x4"]["model_version"] == answers["v5e"]["model_version"]
+    # the same replicated program on 16 chips: the model reads the chip count
+    assert answers["v5e:4x4"]["compile_seconds"] != answers["v5e"]["compile_seconds"]

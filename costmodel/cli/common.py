@@ -128,6 +128,12 @@ def backend_and_target(backend: str | None, target: str | None,
     return normalize_target(backend or "cpu", target)
 
 
+def served_by(backend: str, target: str) -> tuple[str, str]:
+    """(backend, target) of the model that serves a placement: a TPU topology's chip's."""
+    served = Placement(backend, target).model
+    return served.backend, served.target
+
+
 def model_placement(args) -> tuple[str | None, str | None]:
     """(backend, target) for predict and advise: as asked, else the --model's own; without
     --model, one that has a shipped model (None, None: the local default backend)."""
@@ -138,7 +144,7 @@ def model_placement(args) -> tuple[str | None, str | None]:
         if args.backend is None and args.target is None:
             return artifact.backend, artifact.target
         asked = backend_and_target(args.backend, args.target, need_model=False)
-        if asked != (artifact.backend, artifact.target):
+        if served_by(*asked) != (artifact.backend, artifact.target):
             raise UsageError(f"--model {args.model} predicts for "
                              f"{where_label(artifact.backend, artifact.target)}, not {where_label(*asked)}")
         return asked
@@ -146,7 +152,7 @@ def model_placement(args) -> tuple[str | None, str | None]:
         return None, None
     asked = backend_and_target(args.backend, args.target, need_model=True)
     shipped = shipped_models()
-    if asked not in shipped:
+    if served_by(*asked) not in shipped:
         raise UsageError(
             f"no model ships for {where_label(*asked)} (models ship for "
             f"{', '.join(where_label(*s) for s in shipped)}); measure it with `costmodel sweep "

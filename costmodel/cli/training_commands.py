@@ -64,11 +64,12 @@ def cmd_train(args) -> int:
 
 
 def shipped_data(backend: str, target: str) -> Path:
-    """The dataset the shipped model for (backend, target) was trained on."""
+    """The dataset the shipped model for (backend, target) was trained on: the folder of
+    its parquet files (a TPU chip's holds its topologies' sharded rows beside one-chip ones)."""
     import costmodel.training
 
-    label = Placement(backend, target).label
-    return Path(costmodel.training.__file__).parent / "data" / label / "rows.parquet"
+    label = Placement(backend, target).model.label
+    return Path(costmodel.training.__file__).parent / "data" / label
 
 
 def cmd_evaluate(args) -> int:
