@@ -36,6 +36,7 @@ from costmodel.features import (
     UnknownTargetError,
     normalize_target,
 )
+from costmodel.features.environment import chips
 
 # Far above any real count (flops of the largest programs are ~1e18), low enough that the
 # model's power law cannot overflow a float.
@@ -47,6 +48,7 @@ FEATURE_VECTORS = ("FeatureVector", "SampleFeatureVector")
 # What a feature vector says of the machine it came from; 0 CPUs is what text-only
 # features (no machine) carry.
 MAX_HOST_CPU_COUNT = 100_000
+MAX_CHIPS = 1 << 20
 MAX_VERSION_LENGTH = 64
 
 # Strict: a number is a number (not "1" or true), a string a string.
@@ -132,6 +134,11 @@ def feature_vector_model(name: str, maximum: float) -> type[_Vector]:
         schema_version=(SchemaVersion, ...), backend=(Backend, None), target=(Target, None),
         jaxlib_version=(Annotated[str, Field(max_length=MAX_VERSION_LENGTH)] | None, None),
         host_cpu_count=(Annotated[int, Field(ge=0, le=MAX_HOST_CPU_COUNT)] | None, None),
+        # the placement inputs `Features.model_inputs()` adds (a TPU topology's model reads
+        # them): chips must be the target's, the sharding defaults to none
+        chips=(number(1.0, MAX_CHIPS) | None, None),
+        sharded_args=(count | None, None),
+        sharded_input_share=(number(0.0, 1.0) | None, None),
         **features)
 
 
@@ -169,6 +176,11 @@ class Program(BaseModel):
                                  f"{Placement(*theirs).where}, the request asks for "
                                  f"{Placement(*placed).where}")
         self.backend, self.target = placed
+        if vector is not None and vector.chips is not None \
+                and vector.chips != chips(self.target):
+            raise body_error(f"features.chips: the vector says {vector.chips:g} chips, the "
+                             f"target {self.target or Placement(*placed).where} has "
+                             f"{chips(self.target)}")
         if (self.stablehlo is None) == (vector is None):
             raise body_error("give exactly one of 'stablehlo' (module text) or 'features' (an "
                              "object of feature values)" + ("" if vector is None else "; got both"))
