@@ -84,7 +84,11 @@ def _choice(values: list[str]) -> Any:
 
 
 Backend = _choice(sorted(KNOWN_TARGETS))
-Target = _choice(sorted({t for ts in KNOWN_TARGETS.values() for t in ts}))
+# a target is a known name, or a topology of a TPU chip (`v5e:4x4`, `environment.chips`)
+Target = Annotated[str, WithJsonSchema({"type": "string", "anyOf": [
+    {"enum": sorted({t for ts in KNOWN_TARGETS.values() for t in ts})},
+    {"pattern": "^(" + "|".join(KNOWN_TARGETS["tpu"]) + r"):[1-9][0-9]*(x[1-9][0-9]*){1,2}$"}]})
+] | None
 
 
 def known_targets_text() -> str:
@@ -146,7 +150,8 @@ FeatureVector = feature_vector_model("FeatureVector", MAX_FEATURE_VALUE)
 
 _STABLEHLO = "StableHLO module text (`jax.jit(f).lower(x).as_text()`)"
 _BACKEND = "default cpu"
-_TARGET = "GPU target; default h100 for gpu, '' for cpu"
+_TARGET = ("GPU or TPU target; default h100 for gpu, v5e for tpu, '' for cpu; a TPU "
+           "topology (v5e:2x2, v5e:4x4) compiles over all its chips")
 
 
 class Program(BaseModel):

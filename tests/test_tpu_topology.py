@@ -255,3 +255,15 @@ def test_cli_predicts_for_a_topology_target(capsys, tmp_path):
     assert answers["v5e:4x4"]["model_version"] == answers["v5e"]["model_version"]
     # the same replicated program on 16 chips: the model reads the chip count
     assert answers["v5e:4x4"]["compile_seconds"] != answers["v5e"]["compile_seconds"]
+
+
+def test_the_api_schema_documents_topology_targets():
+    import re
+
+    from costmodel.api.schemas import Program
+
+    documented = Program.model_json_schema()["properties"]["target"]["anyOf"][0]["anyOf"]
+    pattern = re.compile(documented[1]["pattern"])
+    assert pattern.match("v5e:4x4") and pattern.match("v5p:2x2x1")
+    assert not pattern.match("h100:2x2") and not pattern.match("v5e:0x2")
+    assert "v5e" in documented[0]["enum"]
