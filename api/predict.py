@@ -37,7 +37,8 @@ def model_for(backend: str, target: str) -> Artifact:
     400, not 503: retrying will not help, the server does not serve that target.
     """
     models = served_models()
-    artifact = models.get((backend, target))
+    served = Placement(backend, target).model  # a TPU topology's model is its chip's
+    artifact = models.get((served.backend, served.target))
     if artifact is None:
         loaded = ", ".join(Placement(b, t).where for b, t in sorted(models))
         label = Placement(backend, target).where

@@ -36,6 +36,7 @@ from costmodel.features import (
     UnknownTargetError,
     normalize_target,
 )
+from costmodel.features.environment import chips
 
 # Far above any real count (flops of the largest programs are ~1e18), low enough that the
 # model's power law cannot overflow a float.
@@ -47,6 +48,7 @@ FEATURE_VECTORS = ("FeatureVector", "SampleFeatureVector")
 # What a feature vector says of the machine it came from; 0 CPUs is what text-only
 # features (no machine) carry.
 MAX_HOST_CPU_COUNT = 100_000
+MAX_CHIPS = 1 << 20
 MAX_VERSION_LENGTH = 64
 
 # Strict: a number is a number (not "1" or true), a string a string.
@@ -82,7 +84,11 @@ def _choice(values: list[str]) -> Any:
 
 
 Backend = _choice(sorted(KNOWN_TARGETS))
-Target = _choice(sorted({t for ts in KNOWN_TARGETS.values() for t in ts}))
+# a target is a known name, or a topology of a TPU chip (`v5e:4x4`, `environment.chips`)
+Target = Annotated[str, WithJsonSchema({"type": "string", "anyOf": [
+    {"enum": sorted({t for ts in KNOWN_TARGETS.values() for t in ts})},
+    {"pattern": "^(" + "|".join(KNOWN_TARGETS["tpu"]) + r"):[1-9][0-9]*(x[1-9][0-9]*){1,2}$"}]})
+] | None
 
 
 def known_targets_text() -> str:
@@ -132,6 +138,11 @@ def feature_vector_model(name: str, maximum: float) -> type[_Vector]:
         schema_version=(SchemaVersion, ...), backend=(Backend, None), target=(Target, None),
         jaxlib_version=(Annotated[str, Field(max_length=MAX_VERSION_LENGTH)] | None, None),
         host_cpu_count=(Annotated[int, Field(ge=0, le=MAX_HOST_CPU_COUNT)] | None, None),
+        # the placement inputs `Features.model_inputs()` adds (a TPU topology's model reads
+        # them): chips must be the target's, the sharding defaults to none
+        chips=(number(1.0, MAX_CHIPS) | None, None),
+        sharded_args=(count | None, None),
+        sharded_input_share=(number(0.0, 1.0) | None, None),
         **features)
 
 
@@ -139,7 +150,8 @@ FeatureVector = feature_vector_model("FeatureVector", MAX_FEATURE_VALUE)
 
 _STABLEHLO = "StableHLO module text (`jax.jit(f).lower(x).as_text()`)"
 _BACKEND = "default cpu"
-_TARGET = "GPU target; default h100 for gpu, '' for cpu"
+_TARGET = ("GPU or TPU target; default h100 for gpu, v5e for tpu, '' for cpu; a TPU "
+           "topology (v5e:2x2, v5e:4x4) compiles over all its chips")
 
 
 class Program(BaseModel):
@@ -169,6 +181,11 @@ class Program(BaseModel):
                                  f"{Placement(*theirs).where}, the request asks for "
                                  f"{Placement(*placed).where}")
         self.backend, self.target = placed
+        if vector is not None and vector.chips is not None \
+                and vector.chips != chips(self.target):
+            raise body_error(f"features.chips: the vector says {vector.chips:g} chips, the "
+                             f"target {self.target or Placement(*placed).where} has "
+                             f"{chips(self.target)}")
         if (self.stablehlo is None) == (vector is None):
             raise body_error("give exactly one of 'stablehlo' (module text) or 'features' (an "
                              "object of feature values)" + ("" if vector is None else "; got both"))

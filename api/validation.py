@@ -91,8 +91,11 @@ def program_features(program: Program, where: str = "") -> Features:
     if program.stablehlo is not None:
         return from_text(program.stablehlo, lambda text: from_stablehlo(
             text, backend=program.backend, target=program.target), where)
-    return Features(program.features.feature_values(), backend=program.backend,
-                    target=program.target)
+    vector = program.features
+    sharding = {"sharded_args": vector.sharded_args or 0.0,
+                "sharded_input_share": vector.sharded_input_share or 0.0}
+    return Features(vector.feature_values(), backend=program.backend, target=program.target,
+                    info={"sharding": sharding})
 
 
 def statement_count(text: str) -> int:

@@ -145,7 +145,9 @@ def predict_features(features: Features, model=None) -> Prediction:
     from costmodel.models.calibration import load_calibration, widen_interval
 
     artifact = load_model(model) or load_default(features.backend, features.target)
-    if (artifact.backend, artifact.target) != (features.backend, features.target):
+    # a TPU topology (`v5e:4x4`) is served by its chip's model, which reads the chip count
+    served = Placement(features.backend, features.target).model
+    if (artifact.backend, artifact.target) != (served.backend, served.target):
         raise ValueError(
             f"model {artifact.path} predicts for {_where(artifact.backend, artifact.target)}, "
             f"not {_where(features.backend, features.target)}")

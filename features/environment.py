@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import os
 import platform
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -17,6 +19,9 @@ KNOWN_TARGETS = {
     "tpu": ("v5e", "v5p", "v6e"),
 }
 DEFAULT_TARGETS = {"cpu": "", "gpu": "h100", "tpu": "v5e"}
+# A TPU target may name a multi-chip topology of its chip (`v5e:2x2`, `v5p:2x2x1`): a
+# program compiled SPMD over all its chips. The chip's model serves every topology of it.
+_TOPOLOGY = re.compile(r"^(?P<chip>[a-z0-9]+):(?P<shape>[1-9][0-9]*(?:x[1-9][0-9]*){1,2})$")
 
 
 class UnknownTargetError(ValueError):
@@ -39,11 +44,36 @@ def normalize(backend: str | None, target: str | None) -> tuple[str, str]:
     target = (target or "").lower()
     if not target:
         target = DEFAULT_TARGETS[backend]
-    if target not in KNOWN_TARGETS[backend]:
+    if model_target(backend, target) not in KNOWN_TARGETS[backend]:
         known = ", ".join(t or "''" for t in KNOWN_TARGETS[backend])
+        topologies = " (or a topology of a chip: v5e:2x2, v5e:4x4)" if backend == "tpu" else ""
         raise UnknownTargetError(
-            f"unknown target {target!r} for backend {backend!r}; known targets: {known}")
+            f"unknown target {target!r} for backend {backend!r}; known targets: "
+            f"{known}{topologies}")
     return backend, target
+
+
+def model_target(backend: str, target: str) -> str:
+    """The target whose model serves `target`: the chip of a TPU topology (`v5e` of
+    `v5e:4x4`), else `target` itself.
+
+    Example:
+        >>> model_target("tpu", "v5e:4x4"), model_target("gpu", "h100")
+        ('v5e', 'h100')
+    """
+    match = _TOPOLOGY.match(target) if backend == "tpu" else None
+    return match["chip"] if match else target
+
+
+def chips(target: str) -> int:
+    """Chips a target compiles for: the product of a topology's dims, 1 for one chip.
+
+    Example:
+        >>> chips("v5e:4x4"), chips("v5p:2x2x1"), chips("v5e"), chips("")
+        (16, 4, 1, 1)
+    """
+    match = _TOPOLOGY.match(target or "")
+    return math.prod(int(d) for d in match["shape"].split("x")) if match else 1
 
 
 @dataclass(frozen=True)
@@ -66,8 +96,13 @@ class Placement:
 
     @property
     def label(self) -> str:
-        """File-name form: `cpu`, `gpu-h100` (model folders, sweep shards)."""
-        return self.backend + (f"-{self.target}" if self.target else "")
+        """File-name form: `cpu`, `gpu-h100`, `tpu-v5e-4x4` (model folders, sweep shards)."""
+        return self.backend + (f"-{self.target.replace(':', '-')}" if self.target else "")
+
+    @property
+    def model(self) -> Placement:
+        """The placement whose model serves this one (`model_target`)."""
+        return Placement(self.backend, model_target(self.backend, self.target))
 
     @property
     def where(self) -> str:

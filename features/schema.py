@@ -153,8 +153,13 @@ class Features:
         return self.values[name]
 
     def model_inputs(self) -> dict[str, float]:
-        """The model's inputs, in schema order (StableHLO features only)."""
-        return {name: float(self.values[name]) for name in MODEL_FEATURES}
+        """The model's inputs: the StableHLO features in schema order, then the placement's
+        (`sharding.PLACEMENT_INPUTS`: chips, sharded arguments), which only a model fitted
+        with them reads."""
+        from .sharding import placement_inputs
+
+        inputs = {name: float(self.values[name]) for name in MODEL_FEATURES}
+        return {**inputs, **placement_inputs(self.target, self.info)}
 
     def to_dict(self) -> dict[str, Any]:
         """A flat JSON-friendly mapping: schema version, environment, then every feature."""

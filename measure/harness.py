@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from .phases import PhaseTrace
+from .sharding import row_fields, sharded_placement
 from .tpu_phases import TpuStageLog, module_name
 
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
@@ -201,7 +202,7 @@ def repeats_for(first_seconds: float, max_repeats: int) -> int:
 
 
 def measure(build, backend: str = "cpu", target: str = "", max_repeats: int = 3,
-            trace_phases: bool = True) -> dict:
+            trace_phases: bool = True, sharding: str | None = None) -> dict:
     """Measure compiles of `build()` programs in this (fresh) process. Returns the labels.
 
     `build` returns a new (fn, args) on each call. The row's features come from the
@@ -210,7 +211,9 @@ def measure(build, backend: str = "cpu", target: str = "", max_repeats: int = 3,
     columns (`phases.py`); without, those columns are missing values. XLA:TPU traces
     nothing: its stages come from libtpu's log of the first timed compile instead
     (`tpu_phases.py`; the log is on for every compile of a TPU measurement process, and
-    capturing it costs no more than the noise, see bench/tpu_log_overhead.py).
+    capturing it costs no more than the noise, see bench/tpu_log_overhead.py). With
+    `sharding` (a TPU topology target), the program compiles SPMD over all its devices
+    (`sharding.py`); the reference still compiles on one.
     """
     from costmodel.features import from_lowered
 
@@ -218,12 +221,13 @@ def measure(build, backend: str = "cpu", target: str = "", max_repeats: int = 3,
 
     events = CompileEvents()
     place = placement(backend, target)
+    program = place if sharding is None else sharded_placement(place, sharding)
     compile_once(build_reference, place, events)  # warm-up: backend and LLVM start-up
     ref_times = [compile_once(build_reference, place, events)[1]]
 
     fn, args = build()
     t0 = time.perf_counter()
-    traced, lowered = place.lower(fn, args)
+    traced, lowered = program.lower(fn, args)
     lower_seconds = time.perf_counter() - t0
     features = from_lowered(traced, lowered, backend=backend, target=target)
 
@@ -240,13 +244,14 @@ def measure(build, backend: str = "cpu", target: str = "", max_repeats: int = 3,
         raise CacheHitError(f"expected exactly one backend compile, saw {len(fired)}")
     peak_rss = max(0, sampler.peak - baseline)
     memory = memory_fields(compiled)
-    hlo_stats = optimized_hlo_stats(compiled.as_text())
+    hlo_text = compiled.as_text()
+    hlo_stats = optimized_hlo_stats(hlo_text)
     del compiled
 
     times, event_times = [first], [fired[0]]
     for _ in range(repeats_for(first, max_repeats) - 1):
         ref_times.append(compile_once(build_reference, place, events)[1])
-        _, seconds, event_seconds, *_ = compile_once(build, place, events)
+        _, seconds, event_seconds, *_ = compile_once(build, program, events)
         times.append(seconds)
         event_times.append(event_seconds)
 
@@ -254,7 +259,7 @@ def measure(build, backend: str = "cpu", target: str = "", max_repeats: int = 3,
     if stage_log is not None:
         trace, traced_seconds = stage_log, first
     elif trace_phases:  # its own compile: tracing must not touch the labels above
-        traced_seconds = compile_once(build, place, events, trace=trace)[1]
+        traced_seconds = compile_once(build, program, events, trace=trace)[1]
 
     median = statistics.median(times)
     return {
@@ -273,5 +278,6 @@ def measure(build, backend: str = "cpu", target: str = "", max_repeats: int = 3,
         **memory,
         **hlo_stats,
         **trace.row(traced_seconds),
+        **(row_fields(program, sharding, features, hlo_text) if backend == "tpu" else {}),
         "features": features.to_dict(),
     }

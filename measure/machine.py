@@ -15,7 +15,7 @@ from costmodel.features.environment import cpu_model, host_cpu_count
 # is `costmodel/training/measure` once installed), in the order they were always hashed.
 _HARNESS_FILES = ("harness.py", "reference.py", "../training/measure/child.py",
                   "../training/measure/runner.py", "gpu_target.py", "phases.py",
-                  "tpu_phases.py")
+                  "tpu_phases.py", "sharding.py")
 
 
 @lru_cache(maxsize=1)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.features import MODEL_FEATURES, SCHEMA_VERSION, Placement, normalize_target
+from costmodel.features import MODEL_FEATURES, SCHEMA_VERSION, Placement
 
 from .device_correction import DeviceCorrection
 from .predictor import Predictor
@@ -185,8 +185,9 @@ def _device_correction(path: Path, manifest: dict) -> DeviceCorrection | None:
 
 
 def default_path(backend: str = "cpu", target: str = "") -> Path:
-    """Folder of the shipped model for a backend and target: `default/cpu`, `default/gpu-h100`."""
-    return DEFAULT_ROOT / Placement.of(backend, target).label
+    """Folder of the shipped model for a backend and target: `default/cpu`, `default/gpu-h100`
+    (a TPU topology's is its chip's, `default/tpu-v5e` for `v5e:4x4`)."""
+    return DEFAULT_ROOT / Placement.of(backend, target).model.label
 
 
 class NoModelError(ArtifactError):
@@ -204,7 +205,8 @@ def shipped_models() -> list[tuple[str, str]]:
 def load_default(backend: str = "cpu", target: str = "") -> Artifact:
     """The shipped model for (backend, target), loaded once per process. Raises
     `NoModelError` when none ships for it."""
-    backend, target = normalize_target(backend, target)
+    served = Placement.of(backend, target).model
+    backend, target = served.backend, served.target
     if not (default_path(backend, target) / MANIFEST_FILE).is_file():
         shipped = ", ".join(Placement(b, t).where for b, t in shipped_models())
         raise NoModelError(

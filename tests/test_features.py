@@ -12,6 +12,7 @@ from feature_programs import X, unrolled
 from jax import lax
 
 from costmodel import features as F
+from costmodel.features.sharding import PLACEMENT_INPUTS
 from costmodel.features.text_guard import longest_operator_run, nesting_depth
 
 
@@ -134,7 +135,9 @@ def test_extract_and_from_stablehlo_give_identical_model_inputs():
     text = jax.jit(jax.grad(f)).lower(X, w).as_text()
     via_text = F.from_stablehlo(text)
     assert via_jax.model_inputs() == via_text.model_inputs()
-    assert list(via_jax.model_inputs()) == list(F.MODEL_FEATURES)
+    # the schema's features, then the placement's (which only the TPU model reads)
+    assert list(via_jax.model_inputs()) == [*F.MODEL_FEATURES, *PLACEMENT_INPUTS]
+    assert via_text.model_inputs()["chips"] == 1.0
     assert all(math.isnan(via_text[name]) for name in F.JAXPR_FEATURES)
 
 

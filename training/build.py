@@ -13,7 +13,7 @@ from costmodel.features import Placement
 from costmodel.models import Artifact, default_path, load
 from costmodel.models.novelty import WIDENED_TARGETS, Novelty, Widening
 
-from .evaluation import plots
+from .evaluation import by_placement, plots
 from .evaluation.evaluate import evaluate, run_evaluation, with_keys
 from .evaluation.interval_widening import (
     bench_ratios,
@@ -67,11 +67,15 @@ def build_default(data_paths: Sequence[str | Path], backend: str = "cpu", target
     result = run_evaluation(rows, backend, target, jobs=jobs)
     if predictions_out is not None:
         with_keys(result.predictions, rows).to_parquet(predictions_out)
+    # a TPU chip's rows may hold sharded programs: scored apart from one-chip ones too
+    report = dict(result.report)
+    if by_chips := by_placement.scores(with_keys(result.predictions, rows), rows):
+        report["by_placement"] = by_chips
     estimator = train(rows, backend, target)
     name = f"costmodel-{out.name}"
     artifact = save(estimator, out, backend=backend, target=target, data=rows,
-                    metrics=result.report, name=name)
-    artifact, report = _widened(artifact, rows, result.report, outside_results,
+                    metrics=report, name=name)
+    artifact, report = _widened(artifact, rows, report, outside_results,
                                 with_keys(result.predictions, rows))
     figures = plots.write_all(result.predictions, rows, estimator, out) + _widening_figure(
         out, backend, target)

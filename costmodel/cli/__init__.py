@@ -135,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-phases", action="store_true",
                    help="skip the per-phase columns (CPU/GPU: a profiled extra compile; "
                         "TPU: libtpu's log)")
+    p.add_argument("--shardings", nargs="*", default=[], choices=("dp", "fsdp", "tp"),
+                   help="with a TPU topology --target (v5e:2x2, v5e:4x4), measure each "
+                        "program sharded by each of these strategies over all its chips")
 
     p = add("train", cmd_train, "fit a model from dataset files and write an artifact")
     p.add_argument("--data", nargs="+", required=True,

@@ -103,11 +103,12 @@ def backend_and_target(backend: str | None, target: str | None,
     target is told what exists (`placements_offered`), never blaming a backend the user
     did not name."""
     from costmodel.features import normalize_target
-    from costmodel.features.environment import KNOWN_BACKENDS, KNOWN_TARGETS
+    from costmodel.features.environment import KNOWN_BACKENDS, KNOWN_TARGETS, model_target
 
     if target:
         key = target.lower()
-        owners = [b for b in KNOWN_BACKENDS if key in KNOWN_TARGETS.get(b, ())]
+        owners = [b for b in KNOWN_BACKENDS
+                  if model_target(b, key) in KNOWN_TARGETS.get(b, ())]
         if backend is None and key in KNOWN_BACKENDS:
             raise UsageError(f"{target!r} is a backend, not a target: use --backend {key}; "
                              f"{placements_offered(need_model)}")
@@ -127,6 +128,12 @@ def backend_and_target(backend: str | None, target: str | None,
     return normalize_target(backend or "cpu", target)
 
 
+def served_by(backend: str, target: str) -> tuple[str, str]:
+    """(backend, target) of the model that serves a placement: a TPU topology's chip's."""
+    served = Placement(backend, target).model
+    return served.backend, served.target
+
+
 def model_placement(args) -> tuple[str | None, str | None]:
     """(backend, target) for predict and advise: as asked, else the --model's own; without
     --model, one that has a shipped model (None, None: the local default backend)."""
@@ -137,7 +144,7 @@ def model_placement(args) -> tuple[str | None, str | None]:
         if args.backend is None and args.target is None:
             return artifact.backend, artifact.target
         asked = backend_and_target(args.backend, args.target, need_model=False)
-        if asked != (artifact.backend, artifact.target):
+        if served_by(*asked) != (artifact.backend, artifact.target):
             raise UsageError(f"--model {args.model} predicts for "
                              f"{where_label(artifact.backend, artifact.target)}, not {where_label(*asked)}")
         return asked
@@ -145,7 +152,7 @@ def model_placement(args) -> tuple[str | None, str | None]:
         return None, None
     asked = backend_and_target(args.backend, args.target, need_model=True)
     shipped = shipped_models()
-    if asked not in shipped:
+    if served_by(*asked) not in shipped:
         raise UsageError(
             f"no model ships for {where_label(*asked)} (models ship for "
             f"{', '.join(where_label(*s) for s in shipped)}); measure it with `costmodel sweep "

@@ -27,7 +27,8 @@ def cmd_sweep(args) -> int:
         modules=tuple(args.module), dask_address=args.dask, retry_errors=args.retry_errors,
         allow_concurrent=args.allow_concurrent, any_worker=args.any_worker,
         progress=not args.json, programs_of=tuple(args.programs_of),
-        max_repeats=args.max_repeats, trace_phases=not args.no_phases)
+        max_repeats=args.max_repeats, trace_phases=not args.no_phases,
+        shardings=tuple(args.shardings))
     try:
         summary = run_sweep(config)
     except ClusterRefused as exc:  # the cluster's set-up, not a fault of the sweep
@@ -63,11 +64,12 @@ def cmd_train(args) -> int:
 
 
 def shipped_data(backend: str, target: str) -> Path:
-    """The dataset the shipped model for (backend, target) was trained on."""
+    """The dataset the shipped model for (backend, target) was trained on: the folder of
+    its parquet files (a TPU chip's holds its topologies' sharded rows beside one-chip ones)."""
     import costmodel.training
 
-    label = Placement(backend, target).label
-    return Path(costmodel.training.__file__).parent / "data" / label / "rows.parquet"
+    label = Placement(backend, target).model.label
+    return Path(costmodel.training.__file__).parent / "data" / label
 
 
 def cmd_evaluate(args) -> int:

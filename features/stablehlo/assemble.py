@@ -6,6 +6,7 @@ from collections import Counter
 
 from ..constant_folding import ConstantFolding
 from ..schema import CATEGORIES, HISTOGRAM_OPS, STABLEHLO_FEATURES
+from ..sharding import sharding_summary
 from .combine import combine, kernel_sequences
 from .contractions import dot_flops
 from .parse import entry_function, functions
@@ -63,6 +64,7 @@ def stablehlo_features(module, backend: str = "cpu") -> tuple[dict[str, float], 
         "custom_call_targets": dict(sorted(totals["targets"].items())),
         "entry_function": entry,
         "calls_fused_in_place": walker.inline,
+        "sharding": sharding_summary(funcs, entry),
     }
     return {k: _float(v) for k, v in values.items()}, info
 

@@ -14,6 +14,7 @@ from ..fitting.estimator import TARGETS
 from ..fitting.fit import families, model_params
 from ..fitting.recipe import ADDED_TERMS, BASELINE_FORMS, BASELINE_TERMS
 from . import metrics
+from .by_placement import card_section as placement_section
 from .evaluate import (
     EXTRAPOLATION_TEST_FROM,
     EXTRAPOLATION_TRAIN_BELOW,
@@ -212,6 +213,7 @@ def write_card(path: Path, manifest: dict, report: dict, rows: pd.DataFrame,
     text += widening_section(widening_reports(report))
     if artifact is not None and outside_results is not None:
         text += card_section(artifact, outside_results, manifest["backend"], manifest["target"])
+    text += placement_section(report.get("by_placement"))
     text += ["## Limits", "",
              "- The corpus is synthetic families and, where measured, real programs of 16 "
              "public libraries (held out a library at a time above); programs unlike all of "

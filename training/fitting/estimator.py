@@ -25,6 +25,7 @@ import numpy as np
 from sklearn.ensemble import HistGradientBoostingRegressor
 
 from costmodel.features import MODEL_FEATURES
+from costmodel.features.sharding import PLACEMENT_INPUTS
 from costmodel.models.forest import FlatForest
 from costmodel.models.novelty import Novelty
 from costmodel.models.predictor import (
@@ -161,7 +162,9 @@ class CompileCostModel:
              reference: Sequence[float] | None,
              sample_weight: Sequence[float] | None,
              interval_rows: Sequence[bool] | None) -> CompileCostModel:
-        self.feature_names_in_ = list(MODEL_FEATURES)
+        # a frame of TPU rows carries the placement inputs too (`fit.features_frame`)
+        extra = [n for n in PLACEMENT_INPUTS if hasattr(X, "columns") and n in X.columns]
+        self.feature_names_in_ = list(MODEL_FEATURES) + extra
         table = self._checked(X)
         unknown = sorted(set(y) - set(TARGETS))
         if unknown:

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from costmodel.features import MODEL_FEATURES
+from costmodel.features.environment import chips, model_target
 from costmodel.measure.rows import FEATURE_PREFIX
 
 from .baseline import drift_power
@@ -50,19 +51,38 @@ def normalized_seconds(rows: pd.DataFrame) -> tuple[np.ndarray, float]:
 
 
 def select_rows(data: pd.DataFrame, backend: str, target: str = "") -> pd.DataFrame:
-    """The ok rows measured for `backend` and `target`."""
+    """The ok rows measured for `backend` and `target`, and for every TPU topology of the
+    chip `target` names (`v5e:2x2` rows train the `v5e` model)."""
+    targets = data["target"].fillna("").map(lambda t: model_target(backend, t))
     rows = data[(data["status"] == "ok") & (data["backend"] == backend)
-                & (data["target"].fillna("") == (target or ""))]
+                & (targets == (target or ""))]
     return rows.reset_index(drop=True)
 
 
 def features_frame(rows: pd.DataFrame) -> pd.DataFrame:
-    """Model inputs of dataset rows: one column per name of `MODEL_FEATURES`."""
+    """Model inputs of dataset rows: one column per name of `MODEL_FEATURES`, then for TPU
+    rows the placement inputs (`placement_frame`)."""
     columns = {FEATURE_PREFIX + name: name for name in MODEL_FEATURES}
     missing = [c for c in columns if c not in rows.columns]
     if missing:
         raise ValueError(f"dataset lacks feature columns: {', '.join(missing)}")
-    return rows.loc[:, list(columns)].rename(columns=columns).astype(float)
+    frame = rows.loc[:, list(columns)].rename(columns=columns).astype(float)
+    if len(rows) and "backend" in rows and (rows["backend"] == "tpu").all():
+        frame = pd.concat([frame, placement_frame(rows).set_axis(frame.index)], axis=1)
+    return frame
+
+
+def placement_frame(rows: pd.DataFrame) -> pd.DataFrame:
+    """`PLACEMENT_INPUTS` of dataset rows: chips from each row's target, the sharding from
+    the columns the measurement wrote (none sharded where a row predates them)."""
+    def column(name: str) -> np.ndarray:
+        values = rows[name] if name in rows else pd.Series(np.nan, index=rows.index)
+        return pd.to_numeric(values, errors="coerce").fillna(0.0).to_numpy(float)
+
+    out = {"chips": rows["target"].fillna("").map(chips).to_numpy(float),
+           "sharded_args": column("sharded_args"),
+           "sharded_input_share": column("sharded_input_share")}
+    return pd.DataFrame(out)
 
 
 def families(rows: pd.DataFrame) -> np.ndarray:

@@ -50,19 +50,21 @@ def run(spec: dict) -> dict:
     for module in spec.get("modules", ()):
         import_module_or_file(module)  # lets users' own corpus families register
     from costmodel.measure.harness import measure
+    from costmodel.measure.sharding import split_params
     from costmodel.training import corpus
 
     family = corpus.get_family(spec["family"])
     if family.x64:
         jax.config.update("jax_enable_x64", True)
-    params = dict(spec.get("params", {}))
+    # a sharded variant's strategy is one of its params (so it keys the row), not the family's
+    params, sharding = split_params(spec.get("params", {}))
 
     def build():
         return family.build(**params)
 
     row = measure(build, backend=spec.get("backend", "cpu"), target=spec.get("target", ""),
                   max_repeats=int(spec.get("max_repeats", 3)),
-                  trace_phases=bool(spec.get("trace_phases", True)))
+                  trace_phases=bool(spec.get("trace_phases", True)), sharding=sharding)
     return {**row, "library": family.library}
 
 

@@ -27,6 +27,7 @@ from costmodel.measure.rows import ShardWriter, make_row, program_key
 
 from ..store import dataset
 from .runner import DEFAULT_MEMORY_LIMIT, DEFAULT_TIMEOUT, run_child
+from costmodel.measure.sharding import SHARDING_PARAM
 
 # XLA compiles with more than one thread, so concurrent measurements on a 2-core machine
 # share cores and inflate each other's times: one worker is the default there. The shipped
@@ -57,6 +58,9 @@ class SweepConfig:
     # the corpus: pairs of one program on two backends
     programs_of: tuple[str, ...] = ()
     trace_phases: bool = True
+    # measure each program once per strategy, sharded over the target topology's devices
+    # (`sharding.py`); the strategy is one of the row's params
+    shardings: tuple[str, ...] = ()
 
 
 @dataclass
@@ -88,6 +92,9 @@ def plan(config: SweepConfig) -> tuple[list[tuple[str, dict]], int]:
         programs = programs_of(config.programs_of, config.families)
     else:
         programs = corpus.programs(config.families)
+    if config.shardings:
+        programs = [(fam, {**params, SHARDING_PARAM: strategy})
+                    for fam, params in programs for strategy in config.shardings]
     random.Random(config.seed).shuffle(programs)
     if config.limit is not None:
         programs = programs[:config.limit]
