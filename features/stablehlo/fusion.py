@@ -91,8 +91,10 @@ class Fusions:
         self._count += 1
         producer_of, constants = self._producer, self._constants
         producers = [producer_of.get(operand) for operand in operands]
+        read_constants = [producer for producer in producers if producer in constants]
         self._signature[position] = (name, signature, tuple(
-            self._signature.get(producer) for producer in producers if producer in constants))
+            [self._signature.get(producer) for producer in read_constants])
+            if read_constants else ())
         if name == "constant":
             constants.add(position)
         if reads is not None:
@@ -133,7 +135,8 @@ class Fusions:
         """Whether an op like this one (`key`: its name, attributes and result types) was
         visited with the same operands; if so its results stand for `results` (XLA's CSE
         merges the two before fusing)."""
-        full = (key, tuple(self._producer.get(operand, operand) for operand in operands))
+        producer_of = self._producer
+        full = (key, tuple([producer_of.get(operand, operand) for operand in operands]))
         first = self._seen.get(full)
         if first is None:
             self._seen[full] = results
@@ -162,29 +165,40 @@ class Fusions:
         """Fusible ops from which some path to one of their users runs through an op
         that does not fuse (XLA will not duplicate those): bitsets of the non-fusible
         ops below and above each op."""
-        order = sorted({*self._users, *self._fusible,
-                        *(user for users in self._users.values() for user in users)})
+        users_of, fusible = self._users, self._fusible
         operands: dict = {}
-        for producer, users in self._users.items():
+        for producer, users in users_of.items():
             for user in users:
                 operands.setdefault(user, []).append(producer)
+        readers = sorted(operands)  # a producer comes before its users
         # only an op that reads something of the block can lie between two others
-        between = (p for p in order if p not in self._fusible and p in operands)
-        bit = {p: 1 << i for i, p in enumerate(between)}
-        above: dict = {}
-        for position in order:
+        bit: dict = {}
+        for position in readers:
+            if position not in fusible:
+                bit[position] = 1 << len(bit)
+        if not bit:
+            return set()
+        above: dict = {}  # position -> the non-fusible ops on paths into it
+        for position in readers:
             mask = 0
-            for producer in operands.get(position, ()):
-                mask |= above[producer] | bit.get(producer, 0)
+            for producer in operands[position]:
+                mask |= above.get(producer, 0) | bit.get(producer, 0)
             above[position] = mask
-        below: dict = {}
-        for position in reversed(order):
+        below: dict = {}  # position -> the non-fusible ops on paths out of it
+        for position in sorted(users_of, reverse=True):
             mask = 0
-            for user in self._users.get(position, ()):
-                mask |= below[user] | bit.get(user, 0)
+            for user in users_of[position]:
+                mask |= below.get(user, 0) | bit.get(user, 0)
             below[position] = mask
-        return {position for position in self._fusible if below[position] and any(
-            above[user] & below[position] for user in self._users.get(position, ()))}
+        blocked = set()
+        for position in fusible:
+            mask = below.get(position)
+            if mask:
+                for user in users_of[position]:
+                    if above[user] & mask:
+                        blocked.add(position)
+                        break
+        return blocked
 
     def _reads(self, position: int, fusions: set, fusion_of: dict) -> int:
         """At how many indices its fusion reads `position`'s value: the distinct ops that
@@ -257,8 +271,16 @@ class Fusions:
                 outside = targets - fusion_of.get(array, set())
                 for fusion in outside:
                     groups[fusion][4].add(array)
-        return [(*group[:3], hash(tuple(sorted(map(repr, group[3])))), len(group[4]))
-                for group in groups if group[0]]
+        texts: dict = {}  # signature -> its repr (ops repeat a few signatures)
+
+        def text(signature) -> str:
+            found = texts.get(signature)
+            if found is None:
+                found = texts[signature] = repr(signature)
+            return found
+
+        return [(*group[:3], hash(tuple(sorted([text(sig) for sig in group[3]]))),
+                 len(group[4])) for group in groups if group[0]]
 
 
 def fusion_weight(name: str, infos: list, op=None, xla_cpu: bool = True,
