@@ -220,7 +220,15 @@ class Fusions:
         """`(ops, summed cost weights, indexing ops, signature, inputs)` of each fusion
         (equal signatures: the same kernel; inputs: the distinct arrays it reads from
         outside, its fused computation's parameters)."""
-        blocked = self._blocked()
+        blocked: list = []  # `_blocked()`, found when first asked: most blocks never ask
+
+        def duplicable(position: int, cheap: bool, unary: bool) -> bool:
+            if not cheap or unary:
+                return cheap
+            if not blocked:
+                blocked.append(self._blocked())
+            return position not in blocked[0]
+
         fusion_of: dict = {}
         dead: set = set()  # left unread once slices were resolved past them
         groups: list[list] = []
@@ -241,15 +249,14 @@ class Fusions:
             # an op with one user fuses into it before that user is copied, and goes
             # wherever its copies go; an expensive op with several users stays whole
             # XLA's all-paths check guards only ops that read more than one array
-            duplicable = cheap and (unary or position not in blocked)
             if single_use and (len(users) > 1 or len(joined) > 1
                                or self._reads(position, joined, fusion_of) > 1):
                 targets = {new_fusion()}
             elif users and len(fused) == len(users) and (
-                    len(joined) == 1 or duplicable
+                    len(joined) == 1 or duplicable(position, cheap, unary)
                     or (len(users) == 1 and (cheap or not self._xla_cpu))):
                 targets = joined
-            elif duplicable and unary and joined:
+            elif cheap and unary and joined:  # duplicable, reading at most one array
                 targets = joined | {new_fusion()}
             else:
                 targets = {new_fusion()}

@@ -102,7 +102,13 @@ class Walker:
             operand_values = list(op.operands)
             operands = [ids.get(v) or key_of(v) for v in operand_values]
             result_values = list(op.results)
-            results = [ids.get(v) or key_of(v) for v in result_values]
+            results = []
+            for value in result_values:  # `_key`, for values defined here
+                key = ids.get(value)
+                if key is None:
+                    self._last_key -= 1
+                    key = ids[value] = self._last_key
+                results.append(key)
             types = tuple([result.type for result in result_values])
             res = decoded.get(types)
             if res is None:
