@@ -60,6 +60,9 @@ class Walker:
         self._dots: dict = {}  # a dot's dimensions and types -> (`dot_stats`, transposed)
         self._weights: dict = {}  # what an `OPERAND_WEIGHTED` op's weight depends on -> it
         self._sizes: dict[str, int] = {}  # function -> ops `_inline` visits for a call of it
+        # block -> (op, name, operand values, result values, has regions) of its ops, for
+        # `ConstantFolding` to read rather than ask the bindings again
+        self.ops: dict = {}
 
     def function(self, name: str) -> Tally:
         if name not in self.tallies:
@@ -90,6 +93,7 @@ class Walker:
         longest = 0
         ids, key_of, kinds, decoded = self._ids, self._key, self._kinds, self._results
         uses, histogram, categories = tally.uses, tally.histogram, tally.categories
+        records = self.ops[block] = []
         for view in block.operations:
             op = view.operation
             full = op.name
@@ -116,6 +120,7 @@ class Walker:
             regions = op.regions
             if not len(regions):
                 regions = ()
+            records.append((op, full, operand_values, result_values, bool(regions)))
             dot = self._dot(op, operand_values, types) \
                 if name == "dot_general" or name == "dot" else None
             if fusions is None:
