@@ -112,7 +112,11 @@ class Fusions:
             theirs = ranks.get(producer)
             if producer not in spread and theirs != 0:
                 read.append(producer)
-            users.setdefault(producer, set()).add(position)
+            found = users.get(producer)
+            if found is None:
+                users[producer] = {position}
+            else:
+                found.add(position)
             # a broadcast, an iota, a scalar or a lower-rank operand is no array read
             if producer in spread or (rank is not None and theirs is not None
                                       and theirs < rank):
@@ -240,12 +244,14 @@ class Fusions:
         for position in sorted(self._fusible, reverse=True):
             weight, cheap, indexing, unary, single_use = self._fusible[position]
             every_user = self._users.get(position, set())
-            users = every_user - dead
+            users = every_user - dead if dead else every_user
             if not users and (position in self._bypassed or every_user):
                 dead.add(position)
                 continue
             fused = [user for user in users if user in fusion_of]
-            joined = set().union(*(fusion_of[user] for user in fused))
+            # (fusion sets are never changed once made: one may stand for several ops)
+            joined = fusion_of[fused[0]] if len(fused) == 1 else \
+                set().union(*[fusion_of[user] for user in fused])
             # an op with one user fuses into it before that user is copied, and goes
             # wherever its copies go; an expensive op with several users stays whole
             # XLA's all-paths check guards only ops that read more than one array
