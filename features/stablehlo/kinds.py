@@ -53,14 +53,15 @@ class Results:
             info.elements <= CSE_CONSTANT_ELEMENTS for info in present)
         self.weights: dict = {}  # op name -> fusion weight, for names not OPERAND_WEIGHTED
 
-    def count_into(self, tally) -> None:
-        """What `ops.count` adds for these types to `tally` (it adds the rest)."""
+    def count_into(self, tally, times: int = 1) -> None:
+        """What `ops.count` adds to `tally` for `times` ops of these types (it adds the
+        rest)."""
         if self.tensor_max > tally.tensor_max:
             tally.tensor_max = self.tensor_max
-        tally.tensor_sum += self.tensor_sum
+        tally.tensor_sum += times * self.tensor_sum
         if self.max_rank > tally.max_rank:
             tally.max_rank = self.max_rank
         if self.keys:
             tally.shapes.update(self.keys)
-        tally.f64_ops += self.wide
-        tally.complex_ops += self.complex
+        tally.f64_ops += times * self.wide
+        tally.complex_ops += times * self.complex

@@ -88,11 +88,12 @@ class Walker:
         # calls costs two Python frames a call, as many as RecursionError allowed before.
         fusions = Fusions(self.xla_cpu) if fuse else None
         site = Site(tally, trips, depth, self.tensor)
-        kernels = 0  # unfused ops of this block
         chain_to: dict = {}  # result value -> longest chain of ops ending in it
         longest = 0
         ids, key_of, kinds, decoded = self._ids, self._key, self._kinds, self._results
-        uses, histogram, categories = tally.uses, tally.histogram, tally.categories
+        uses = tally.uses
+        of_kind: dict = {}  # OpKind -> ops of this block of that kind
+        of_types: dict = {}  # Results -> ops of this block with those result types
         records = self.ops[block] = []
         for view in block.operations:
             op = view.operation
@@ -145,17 +146,11 @@ class Walker:
                 chain = chain_to.get(operand, 0)
                 if chain > before:
                     before = chain
-            if kind.kernel:
-                kernels += 1
-            # `ops.count`, with what the result types add worked out once (`Results`)
-            tally.ops += 1
+            # `ops.count`: what the op's kind and result types add is added per kind and
+            # per types at the end of the block (`_count`)
             tally.ops_weighted += trips
-            histogram[name] += 1
-            if kind.category is None:
-                tally.unknown += 1
-            else:
-                categories[kind.category] += 1
-            res.count_into(tally)
+            of_kind[kind] = of_kind.get(kind, 0) + 1
+            of_types[res] = of_types.get(res, 0) + 1
             if dot is not None:  # `contractions.dot`, from the cached stats
                 flops, matrix_vector, transposes = dot[0]
                 tally.dot_flops += trips * flops
@@ -180,7 +175,12 @@ class Walker:
             for region in regions:
                 for inner_block in region.blocks:
                     inner = max(inner, self._block(inner_block, tally, trips, depth, branches))
-            longest = max(longest, _chain_end(results, chain_to, before + 1 + inner))
+            length = before + 1 + inner
+            for result in results:
+                chain_to[result] = length
+            if length > longest:
+                longest = length
+        kernels = _count(tally, of_kind, of_types)
         groups = [] if fusions is None else fusions.groups()
         # a function body's fusions hold its callees' ops (`_inline`); a loop body's and
         # a branch's are their own, and count at every call of the function they are in
@@ -381,6 +381,24 @@ class Walker:
         except TypeError:
             return (re.sub(r"%[^\s,:)\]]+", "", op.get_asm(print_generic_op_form=True)),)
         return tuple(out)
+
+
+def _count(tally: Tally, of_kind: dict, of_types: dict) -> int:
+    """Add what `ops.count` adds for each op but its trip-weighted count, from the ops of
+    a block counted by kind and by result types; returns the block's unfused ops."""
+    kernels = 0
+    for kind, times in of_kind.items():
+        tally.ops += times
+        tally.histogram[kind.name] += times
+        if kind.category is None:
+            tally.unknown += times
+        else:
+            tally.categories[kind.category] += times
+        if kind.kernel:
+            kernels += times
+    for res, times in of_types.items():
+        res.count_into(tally, times)
+    return kernels
 
 
 def _chain_end(results: list, chain_to: dict, length: int) -> int:
