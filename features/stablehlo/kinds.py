@@ -20,10 +20,14 @@ class OpKind:
     """An op name's part of the walk: its short name, whether it is structural (counted
     nowhere), a kernel of its own unfused, its category and handler."""
 
-    __slots__ = ("name", "structural", "kernel", "category", "handler", "fusible")
+    __slots__ = ("name", "structural", "kernel", "category", "handler", "fusible",
+                 "regionless")
 
-    def __init__(self, full: str) -> None:
+    def __init__(self, full: str, view=None) -> None:
         self.name = name = short_name(full)
+        # the bindings' class of the op declares a fixed count of regions: none, for most
+        # ops, whose regions then need not be asked for
+        self.regionless = getattr(type(view), "_ODS_REGIONS", None) == (0, True)
         self.structural = full in HLO_STRUCTURAL
         self.kernel = name not in FUSIBLE_HLO and name not in NOT_KERNELS
         self.category = hlo_category(name)

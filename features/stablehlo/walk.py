@@ -100,7 +100,7 @@ class Walker:
             full = op.name
             kind = kinds.get(full)
             if kind is None:
-                kind = kinds[full] = OpKind(full)
+                kind = kinds[full] = OpKind(full, view)
             name = kind.name
             # each access to op.operands / op.results builds new Python objects: once only;
             # values are keyed by ints from here on (hashing a binding's value is slow)
@@ -118,7 +118,7 @@ class Walker:
             res = decoded.get(types)
             if res is None:
                 res = self._decode(types)
-            regions = op.regions
+            regions = () if kind.regionless else op.regions
             if not len(regions):
                 regions = ()
             records.append((op, full, operand_values, result_values, bool(regions)))
@@ -223,7 +223,7 @@ class Walker:
             full = op.name
             kind = kinds.get(full)
             if kind is None:
-                kind = kinds[full] = OpKind(full)
+                kind = kinds[full] = OpKind(full, view)
             operand_values = list(op.operands)
             inner_operands = [mapped(v) for v in operand_values]
             if full == "func.return":
@@ -240,7 +240,7 @@ class Walker:
             transposed = self._dot(op, operand_values, types)[1] \
                 if kind.name == "dot_general" else None
             self._fuse(fusions, op, kind, inner_operands, inner_results, res, operand_values,
-                       transposed)
+                       transposed, has_regions=False if kind.regionless else None)
 
     def _new_key(self) -> int:
         # negative: never equal to a position in `Fusions`, which keys some maps by both
