@@ -69,3 +69,21 @@ class Results:
             tally.shapes.update(self.keys)
         tally.f64_ops += times * self.wide
         tally.complex_ops += times * self.complex
+
+
+def count_block(tally, of_kind: dict, of_types: dict) -> int:
+    """Add what `ops.count` adds for each op but its trip-weighted count, from the ops of
+    a block counted by kind and by result types; returns the block's unfused ops."""
+    kernels = 0
+    for kind, times in of_kind.items():
+        tally.ops += times
+        tally.histogram[kind.name] += times
+        if kind.category is None:
+            tally.unknown += times
+        else:
+            tally.categories[kind.category] += times
+        if kind.kernel:
+            kernels += times
+    for res, times in of_types.items():
+        res.count_into(tally, times)
+    return kernels

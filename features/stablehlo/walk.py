@@ -6,7 +6,7 @@ import re
 
 from .contractions import dot_stats, transposed_dot_operands
 from .fusion import Fusions, fusion_weight, rank
-from .kinds import OPERAND_WEIGHTED, OpKind, Results
+from .kinds import OPERAND_WEIGHTED, OpKind, Results, count_block
 from .ops import BRANCHES, Callee, Loop, Site
 from .slices import resolve, sliced_dimension
 from .tally import Tally, appended, counted, finish
@@ -147,7 +147,7 @@ class Walker:
                 if chain > before:
                     before = chain
             # `ops.count`: what the op's kind and result types add is added per kind and
-            # per types at the end of the block (`_count`)
+            # per types at the end of the block (`count_block`)
             tally.ops_weighted += trips
             of_kind[kind] = of_kind.get(kind, 0) + 1
             of_types[res] = of_types.get(res, 0) + 1
@@ -180,7 +180,7 @@ class Walker:
                 chain_to[result] = length
             if length > longest:
                 longest = length
-        kernels = _count(tally, of_kind, of_types)
+        kernels = count_block(tally, of_kind, of_types)
         groups = [] if fusions is None else fusions.groups()
         # a function body's fusions hold its callees' ops (`_inline`); a loop body's and
         # a branch's are their own, and count at every call of the function they are in
@@ -381,24 +381,6 @@ class Walker:
         except TypeError:
             return (re.sub(r"%[^\s,:)\]]+", "", op.get_asm(print_generic_op_form=True)),)
         return tuple(out)
-
-
-def _count(tally: Tally, of_kind: dict, of_types: dict) -> int:
-    """Add what `ops.count` adds for each op but its trip-weighted count, from the ops of
-    a block counted by kind and by result types; returns the block's unfused ops."""
-    kernels = 0
-    for kind, times in of_kind.items():
-        tally.ops += times
-        tally.histogram[kind.name] += times
-        if kind.category is None:
-            tally.unknown += times
-        else:
-            tally.categories[kind.category] += times
-        if kind.kernel:
-            kernels += times
-    for res, times in of_types.items():
-        res.count_into(tally, times)
-    return kernels
 
 
 def _chain_end(results: list, chain_to: dict, length: int) -> int:
