@@ -12,6 +12,10 @@ from ..categories import (
 )
 from .tensors import tensor
 
+# op name -> (XLA duplicates it, it changes indexing, it fuses into one user only, it reads
+# its operands at its own index)
+_FLAGS: dict[str, tuple[bool, bool, bool, bool]] = {}
+
 
 class _LayoutCopy:
     """The value of a dot operand copied into the layout XLA:CPU's GEMM reads."""
@@ -89,11 +93,11 @@ class Fusions:
         slices (`slices`)."""
         position = self._count
         self._count += 1
-        producer_of, constants = self._producer, self._constants
+        producer_of, constants, signatures = self._producer, self._constants, self._signature
         producers = [producer_of.get(operand) for operand in operands]
         read_constants = [producer for producer in producers if producer in constants]
-        self._signature[position] = (name, signature, tuple(
-            [self._signature.get(producer) for producer in read_constants])
+        signatures[position] = (name, signature, tuple(
+            [signatures.get(producer) for producer in read_constants])
             if read_constants else ())
         if name == "constant":
             constants.add(position)
@@ -129,10 +133,14 @@ class Fusions:
         if name in ("broadcast_in_dim", "iota") or (name == "constant" and rank == 0):
             spread.add(position)
         if weight is not None:
-            self._fusible[position] = (weight, name not in UNDUPLICATED_HLO,
-                                       name in INDEXING_HLO, arrays <= 1,
-                                       self._xla_cpu and name in SINGLE_USE_HLO)
-            if name in SAME_INDEX_HLO:
+            flags = _FLAGS.get(name)
+            if flags is None:
+                flags = _FLAGS[name] = (name not in UNDUPLICATED_HLO, name in INDEXING_HLO,
+                                        name in SINGLE_USE_HLO, name in SAME_INDEX_HLO)
+            cheap, indexing, single_use, same_index = flags
+            self._fusible[position] = (weight, cheap, indexing, arrays <= 1,
+                                       self._xla_cpu and single_use)
+            if same_index:
                 self._same_index.add(position)
 
     def merged(self, key, operands: list, results: list) -> bool:

@@ -350,7 +350,7 @@ class Walker:
                 operands[index] = fusions.layout_copy(
                     operands[index], layout, rank([self.tensor(operand_type)]),
                     self._type_text(operand_type))
-        weight = self._weight(kind, res, op, operand_values)
+        weight = self._weight(kind, res, op, operand_values) if kind.fusible else None
         key = None
         if weight is not None or (name == "constant" and res.small):
             key = (name, self._attributes(op), res.texts)
