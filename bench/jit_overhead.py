@@ -8,8 +8,11 @@ Nothing compiles after the warm-up, so the numbers are dispatch cost only.
 First call: for each program of `costmodel demo`, a fresh function each time, the first
 call of `costmodel.jit(f, budget_seconds=<far above it>)` (trace, predict, compile, run)
 against that of `jax.jit(f)` (trace, compile, run), interleaved in alternating order, the
-persistent compilation cache off; the median of each and their ratio per program. These
-time compiles: run them alone on the machine.
+persistent compilation cache off; the median of each and their ratio per program, and
+what the guard adds before the compile (`.lower()` of each, CPU seconds, the difference
+of medians) as a share of jax.jit's first call: the compile is of the same program in both,
+so this share is the overhead without the compile's own variance. These time compiles:
+run them alone on the machine.
 
 Usage:
     python bench/jit_overhead.py --json bench/results/jit_overhead.json [--only warm|first]
@@ -95,6 +98,7 @@ def measure_first_call(repeats: int) -> dict:
     rows = []
     for name, build in examples():
         times: dict[str, list[tuple[float, float]]] = {"jax.jit": [], "costmodel.jit": []}
+        lowers: dict[str, list[float]] = {"jax.jit": [], "costmodel.jit": []}
         for repeat in range(repeats):
             order = [("jax.jit", jax.jit), ("costmodel.jit", guarded)]
             for label, jit in order if repeat % 2 == 0 else order[::-1]:
@@ -103,6 +107,10 @@ def measure_first_call(repeats: int) -> dict:
                 with warnings.catch_warnings():
                     warnings.simplefilter("error")  # the guard must not warn here
                     times[label].append(_first_call_seconds(jit, fn, args))
+                    fn, _ = build()
+                    start = time.process_time()
+                    jit(fn).lower(*args)  # the guard predicts here too
+                    lowers[label].append(time.process_time() - start)
         row = {"program": name}
         for part, index in (("", 0), ("cpu_", 1)):
             ours, theirs = (statistics.median(t[index] for t in times[k])
@@ -110,11 +118,20 @@ def measure_first_call(repeats: int) -> dict:
             row.update({f"jax_jit_{part}s": round(theirs, 4),
                         f"costmodel_jit_{part}s": round(ours, 4),
                         f"{part}ratio": round(ours / theirs, 3)})
+        # What the guard adds before the compile, which is the same in both (the same
+        # program): the difference of the two lowerings' CPU seconds, free of the
+        # compile's variance, as a share of jax.jit's whole first call.
+        added = statistics.median(lowers["costmodel.jit"]) - statistics.median(lowers["jax.jit"])
+        row["added_cpu_s"] = round(added, 4)
+        row["added_share"] = round(added / row["jax_jit_cpu_s"], 3)
         rows.append(row)
         print(f"{name:<26} jax.jit {row['jax_jit_s']:.3f} s, costmodel.jit "
               f"{row['costmodel_jit_s']:.3f} s, ratio {row['ratio']:.3f} "
-              f"(CPU seconds: {row['cpu_ratio']:.3f})", flush=True)
-    out = {"repeats": repeats, "budget_seconds": BUDGET_SECONDS, "programs": rows}
+              f"(CPU seconds: {row['cpu_ratio']:.3f}); added before the compile "
+              f"{added * 1e3:.1f} ms, {row['added_share']:.1%}", flush=True)
+    out = {"repeats": repeats, "budget_seconds": BUDGET_SECONDS, "programs": rows,
+           "median_added_share": statistics.median(row["added_share"] for row in rows),
+           "max_added_share": max(row["added_share"] for row in rows)}
     for part in ("", "cpu_"):
         ratios = [row[f"{part}ratio"] for row in rows]
         out[f"{part}median_ratio"] = round(statistics.median(ratios), 3)
@@ -152,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         first = results["first_call"]
         print(f"first call, median ratio over the programs: {first['median_ratio']:.3f} "
               f"(max {first['max_ratio']:.3f}); in CPU seconds "
-              f"{first['cpu_median_ratio']:.3f} (max {first['cpu_max_ratio']:.3f})")
+              f"{first['cpu_median_ratio']:.3f} (max {first['cpu_max_ratio']:.3f}); added "
+              f"before the compile: median {first['median_added_share']:.1%} of jax.jit's "
+              f"first call (max {first['max_added_share']:.1%})")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
     return 0
