@@ -166,7 +166,7 @@ class ConstantFolding:
                 if operands[0] in literal:
                     literal.update(results)
                 continue
-            if (name not in NEVER_FOLDED and any(v in constant for v in operands)
+            if (name not in NEVER_FOLDED and not constant.isdisjoint(operands)
                     and all(v in constant or v in broadcast for v in operands)):
                 ins = [self._tensor(value.type) for value in operands]
                 outs = [self._tensor(value.type) for value in results]
