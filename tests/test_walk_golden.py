@@ -49,5 +49,6 @@ def test_features_and_info_equal_the_recorded_ones(key):
         differ = {name: (value, got.values[name]) for name, value in expected["values"].items()
                   if not _same(got.values[name], value)}
         assert not differ, (backend, differ)
-        assert set(got.values) == set(expected["values"])
-        assert json.loads(json.dumps(got.info)) == expected["info"], backend
+        # what was recorded (features or info added since are not part of the record)
+        info = json.loads(json.dumps(got.info))
+        assert {key: info.get(key) for key in expected["info"]} == expected["info"], backend
