@@ -1,12 +1,23 @@
-"""Per-call cost of `costmodel.jit` against `jax.jit` on a warm signature.
+"""Cost of `costmodel.jit` against `jax.jit`: per warm call, and on the first call.
 
-For pytrees of 1, 10 and 2000 leaves, both jitted functions are compiled once, then
-called in interleaved rounds (each round times a batch of calls of each, in alternating
-order); the result is the median per-call time of each and their ratio. Nothing here
-compiles after the warm-up, so the numbers are dispatch cost only.
+Warm calls: for pytrees of 1, 10 and 2000 leaves, both jitted functions are compiled once,
+then called in interleaved rounds (each round times a batch of calls of each, in
+alternating order); the result is the median per-call time of each and their ratio.
+Nothing compiles after the warm-up, so the numbers are dispatch cost only.
+
+First call: for each program of `costmodel demo`, a fresh function each time, the first
+call of `costmodel.jit(f, budget_seconds=<far above it>)` (trace, predict, compile, run)
+against that of `jax.jit(f)` (trace, compile, run), interleaved in alternating order, the
+persistent compilation cache off; the median of each and their ratio per program, and
+what the guard adds before the compile (`.lower()` of each, CPU seconds, the difference
+of medians) as a share of jax.jit's first call: the compile is of the same program in both,
+so this share is the overhead without the compile's own variance. These time compiles:
+run them alone on the machine.
 
 Usage:
-    python bench/jit_overhead.py --json bench/results/jit_overhead.json
+    python bench/jit_overhead.py --json bench/results/jit_overhead.json [--only warm|first]
+
+With `--only`, the other part of an existing `--json` file is kept.
 """
 
 from __future__ import annotations
@@ -49,17 +60,118 @@ def measure(leaves: int, rounds: int, calls: int) -> dict:
             "costmodel_jit_ms": round(ours_ms, 5), "ratio": round(ours_ms / jax_ms, 3)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--json", help="write the results here")
-    args = parser.parse_args(argv)
-    results = [measure(leaves, args.rounds, calls)
+# far above any demo program's predicted compile: the guard predicts and lets it compile
+BUDGET_SECONDS = 1e6
+
+
+def _first_call_seconds(jit, fn, args) -> tuple[float, float]:
+    """Wall and CPU seconds (this process's threads, XLA's included) of the first call."""
+    import jax
+
+    start, cpu = time.perf_counter(), time.process_time()
+    jax.block_until_ready(jit(fn)(*args))
+    return time.perf_counter() - start, time.process_time() - cpu
+
+
+def measure_first_call(repeats: int) -> dict:
+    """Median first-call seconds of each demo program under both jits, and their ratio."""
+    import warnings
+
+    import jax
+    import jax.numpy as jnp
+
+    import costmodel
+    from costmodel._demo import examples
+
+    jax.config.update("jax_enable_compilation_cache", False)
+
+    def guarded(fn):
+        return costmodel.jit(fn, budget_seconds=BUDGET_SECONDS)
+
+    def concrete(args):
+        return jax.block_until_ready(jax.tree_util.tree_map(
+            lambda s: jnp.zeros(s.shape, s.dtype), args))
+
+    # one-off costs of the process (the first compile, loading the model) paid here
+    for jit in (jax.jit, guarded):
+        _first_call_seconds(jit, lambda x: x * 2.0, (jnp.ones(3),))
+    rows = []
+    for name, build in examples():
+        times: dict[str, list[tuple[float, float]]] = {"jax.jit": [], "costmodel.jit": []}
+        lowers: dict[str, list[float]] = {"jax.jit": [], "costmodel.jit": []}
+        for repeat in range(repeats):
+            order = [("jax.jit", jax.jit), ("costmodel.jit", guarded)]
+            for label, jit in order if repeat % 2 == 0 else order[::-1]:
+                fn, shapes = build()  # a new function: nothing is cached
+                args = concrete(shapes)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error")  # the guard must not warn here
+                    times[label].append(_first_call_seconds(jit, fn, args))
+                    fn, _ = build()
+                    start = time.process_time()
+                    jit(fn).lower(*args)  # the guard predicts here too
+                    lowers[label].append(time.process_time() - start)
+        row = {"program": name}
+        for part, index in (("", 0), ("cpu_", 1)):
+            ours, theirs = (statistics.median(t[index] for t in times[k])
+                            for k in ("costmodel.jit", "jax.jit"))
+            row.update({f"jax_jit_{part}s": round(theirs, 4),
+                        f"costmodel_jit_{part}s": round(ours, 4),
+                        f"{part}ratio": round(ours / theirs, 3)})
+        # What the guard adds before the compile, which is the same in both (the same
+        # program): the difference of the two lowerings' CPU seconds, free of the
+        # compile's variance, as a share of jax.jit's whole first call.
+        added = statistics.median(lowers["costmodel.jit"]) - statistics.median(lowers["jax.jit"])
+        row["added_cpu_s"] = round(added, 4)
+        row["added_share"] = round(added / row["jax_jit_cpu_s"], 3)
+        rows.append(row)
+        print(f"{name:<26} jax.jit {row['jax_jit_s']:.3f} s, costmodel.jit "
+              f"{row['costmodel_jit_s']:.3f} s, ratio {row['ratio']:.3f} "
+              f"(CPU seconds: {row['cpu_ratio']:.3f}); added before the compile "
+              f"{added * 1e3:.1f} ms, {row['added_share']:.1%}", flush=True)
+    out = {"repeats": repeats, "budget_seconds": BUDGET_SECONDS, "programs": rows,
+           "median_added_share": statistics.median(row["added_share"] for row in rows),
+           "max_added_share": max(row["added_share"] for row in rows)}
+    for part in ("", "cpu_"):
+        ratios = [row[f"{part}ratio"] for row in rows]
+        out[f"{part}median_ratio"] = round(statistics.median(ratios), 3)
+        out[f"{part}max_ratio"] = max(ratios)
+    return out
+
+
+def measure_warm(rounds: int) -> list[dict]:
+    results = [measure(leaves, rounds, calls)
                for leaves, calls in ((1, 2000), (10, 1000), (2000, 20))]
     for row in results:
         print(f"{row['leaves']:>5} leaves: jax.jit {row['jax_jit_ms']:.4f} ms, "
               f"costmodel.jit {row['costmodel_jit_ms']:.4f} ms, ratio {row['ratio']:.3f}")
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=15, help="warm-call rounds")
+    parser.add_argument("--repeats", type=int, default=5, help="first calls of each jit")
+    parser.add_argument("--only", choices=("warm", "first"), help="measure one part")
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args(argv)
+    old = {}
+    if args.json and args.only and Path(args.json).exists():
+        old = json.loads(Path(args.json).read_text())
+    results = {
+        "warm_call": measure_warm(args.rounds) if args.only != "first"
+        else old.get("warm_call"),
+        "first_call": measure_first_call(args.repeats) if args.only != "warm"
+        else old.get("first_call"),
+    }
+    if results["first_call"] is not None:
+        first = results["first_call"]
+        print(f"first call, median ratio over the programs: {first['median_ratio']:.3f} "
+              f"(max {first['max_ratio']:.3f}); in CPU seconds "
+              f"{first['cpu_median_ratio']:.3f} (max {first['cpu_max_ratio']:.3f}); added "
+              f"before the compile: median {first['median_added_share']:.1%} of jax.jit's "
+              f"first call (max {first['max_added_share']:.1%})")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
     return 0

@@ -6,16 +6,19 @@ interleaved, median of 5 (compile: median of 2). Reports each program's StableHL
 count, predict/(trace+lower) and, for programs compiling in 5 s or more, predict/compile;
 then the median ratio over the programs.
 
-    python bench/predict_overhead.py [--quick] [--no-compile]
+    python bench/predict_overhead.py [--quick] [--no-compile] [--out FILE]
 
 `--quick` skips the ~2-minute grad compile; `--no-compile` skips every compile (the
-ratio to trace+lower alone, e.g. beside a timing sweep).
+ratio to trace+lower alone, e.g. beside a timing sweep); `--out` also writes the table
+to FILE (`bench/results/predict_overhead.txt`).
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -55,7 +58,14 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def main(quick: bool = False, compile_too: bool = True) -> None:
+def main(quick: bool = False, compile_too: bool = True, out: str | None = None) -> None:
+    lines: list[str] = []
+
+    def print(line: str = "", **_) -> None:  # the table, to stdout and kept for `out`
+        lines.append(line)
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
     jax.config.update("jax_enable_compilation_cache", False)
     costmodel.predict(lambda x: x + 1, jnp.ones(3))  # load the model once
     print(f"{'program':<22}{'ops':>7}{'trace+lower':>12}{'predict':>10}{'ratio':>7}"
@@ -77,9 +87,11 @@ def main(quick: bool = False, compile_too: bool = True) -> None:
         print(f"{name:<22}{ops:>7.0f}{lo:>11.3f}s{pr:>9.3f}s{pr / lo:>7.2f}{shown}{share:>13}",
               flush=True)
     print(f"median ratio predict / trace+lower: {statistics.median(ratios):.2f}")
+    if out:
+        Path(out).write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
-    import sys
-
-    main(quick="--quick" in sys.argv, compile_too="--no-compile" not in sys.argv)
+    argv = sys.argv[1:]
+    main(quick="--quick" in argv, compile_too="--no-compile" not in argv,
+         out=argv[argv.index("--out") + 1] if "--out" in argv else None)

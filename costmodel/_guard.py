@@ -59,7 +59,10 @@ class GuardedJit:
 
         if on_exceed not in ("warn", "raise"):
             raise ValueError(f"on_exceed must be 'warn' or 'raise', not {on_exceed!r}")
-        self._plain = jax.jit(fun, **jit_kwargs)  # what advice lowers
+        # What prediction and advice trace and lower. The traced jit then calls it, and
+        # JAX reuses that trace (its cache) and inlines it: the user's function is traced
+        # once per signature, the compile is of the program jax.jit(fun) would compile.
+        self._plain = jax.jit(fun, **{**jit_kwargs, "inline": True})
         self._fun = fun
         @functools.wraps(fun)  # jax reads the signature (static_argnames) through it
         def traced(*args: Any, **kwargs: Any):
@@ -129,7 +132,7 @@ class GuardedJit:
             if self._on_exceed == "raise":
                 raise CompileBudgetExceeded(over)
             warnings.warn(str(over), CompileBudgetWarning, stacklevel=2)
-        return self._fun(*args, **kwargs)
+        return self._plain(*args, **kwargs)
 
     def jitted(self):
         """The jax.jit function users call: its own call path, `check` and `guard` added."""

@@ -101,13 +101,18 @@ class ConstantFolding:
     """
 
     def __init__(self, funcs: dict, tensor: Callable, dot_flops: DotFlops,
-                 on_fold: Callable[[object, Folds], None] | None = None) -> None:
+                 on_fold: Callable[[object, Folds], None] | None = None,
+                 ops: dict | None = None) -> None:
         self.funcs = funcs
         self._tensor = tensor
         self._dot_flops = dot_flops
         self._memo: dict = {}
         # told (op, its own folds) of each op folded: where blame charges the folds
         self._on_fold = on_fold
+        # block -> its ops as the StableHLO walk read them (`Walker.ops`), read again
+        # here rather than asked of the bindings a second time
+        self._ops = ops or {}
+        self._short: dict[str, str] = {}  # op name -> its last part
 
     def function(self, name: str, constant_args: tuple[bool, ...] = ()) -> tuple[Folds, tuple]:
         """Folds inside `name`, and which of its results are constants (`constant_args`:
@@ -136,33 +141,33 @@ class ConstantFolding:
 
         returned: tuple = ()
         broadcast: set = set()  # broadcasts of constants: foldable operands, not folded
-        for view in block.operations:
-            op = view.operation
-            name = op.name.rsplit(".", 1)[-1]
-            operands = list(op.operands)
-            if op.name in ("func.return", "stablehlo.return"):
+        short = self._short
+        for op, full, operands, results, has_regions in self._records(block):
+            name = short.get(full)
+            if name is None:
+                name = short[full] = full.rsplit(".", 1)[-1]
+            if full in ("func.return", "stablehlo.return"):
                 returned = tuple(value in constant for value in operands)
                 continue
             if name == "constant":
-                constant.update(op.results)
-                literal.update(op.results)
+                constant.update(results)
+                literal.update(results)
                 continue
             if name == "call":
                 callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
                 if callee in self.funcs:
-                    sub, results = self.function(
+                    sub, flags = self.function(
                         callee, tuple(value in constant for value in operands))
                     folds.add(sub)
-                    constant.update(r for r, flag in zip(op.results, results) if flag)
+                    constant.update(r for r, flag in zip(results, flags) if flag)
                 continue
             if name in ("broadcast_in_dim", "broadcast") and operands[0] in constant:
-                broadcast.update(op.results)
+                broadcast.update(results)
                 if operands[0] in literal:
-                    literal.update(op.results)
+                    literal.update(results)
                 continue
-            if (name not in NEVER_FOLDED and any(v in constant for v in operands)
+            if (name not in NEVER_FOLDED and not constant.isdisjoint(operands)
                     and all(v in constant or v in broadcast for v in operands)):
-                results = list(op.results)
                 ins = [self._tensor(value.type) for value in operands]
                 outs = [self._tensor(value.type) for value in results]
                 if _within_limit(ins + outs):
@@ -180,6 +185,8 @@ class ConstantFolding:
                     if before_xla:
                         literal.update(results)
                     continue  # a folded op's regions (a reduction's body) fold with it
+            if not has_regions:
+                continue
             carried = _sunk_constants(op, constant) if name == "while" else ()
             for region in op.regions:  # loop bodies and branches fold on their own
                 for inner in region.blocks:
@@ -187,6 +194,16 @@ class ConstantFolding:
                     self._block(inner, {arg for arg, flag in zip(inner.arguments, carried)
                                         if flag}, set(), folds)
         return returned
+
+
+    def _records(self, block) -> list:
+        """(op, its name, operands, results, whether it has regions) of each op of
+        `block`."""
+        found = self._ops.get(block)
+        if found is not None:
+            return found
+        return [(op, op.name, list(op.operands), list(op.results), bool(len(op.regions)))
+                for op in (view.operation for view in block.operations)]
 
 
 def element_cost(name: str, before_xla: bool) -> float:

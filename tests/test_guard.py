@@ -131,6 +131,24 @@ def test_guard_within_budget_does_no_advice_work(monkeypatch):
     assert calls == [1]
 
 
+def test_a_first_call_within_budget_traces_the_function_once_as_jax_jit_does():
+    """The prediction traces the function; the guarded jit reuses that trace (JAX's trace
+    cache) and inlines it, so the user's code runs once and the compiled program is the
+    one jax.jit(f) compiles."""
+    traced = []
+
+    def f(x, w):
+        traced.append(1)
+        return jnp.tanh(x @ w) + 0.1 * x
+
+    x, w = jnp.ones((4, 8)), jnp.full((8, 8), 0.1)
+    guarded = costmodel.jit(f, budget_seconds=60)
+    out = guarded(x, w)
+    assert len(traced) == 1
+    np.testing.assert_allclose(out, jax.jit(f)(x, w), rtol=1e-6)
+    assert guarded.lower(x, w).as_text() == jax.jit(f).lower(x, w).as_text()
+
+
 def test_guard_degrades_to_a_warning_when_it_cannot_predict():
     # no model ships for gpu/a100: the guard cannot predict, the program still runs
     guarded = costmodel.jit(mlp, budget_seconds=1e-9, on_exceed="raise", backend="gpu",

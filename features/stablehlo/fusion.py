@@ -12,6 +12,10 @@ from ..categories import (
 )
 from .tensors import tensor
 
+# op name -> (XLA duplicates it, it changes indexing, it fuses into one user only, it reads
+# its operands at its own index)
+_FLAGS: dict[str, tuple[bool, bool, bool, bool]] = {}
+
 
 class _LayoutCopy:
     """The value of a dot operand copied into the layout XLA:CPU's GEMM reads."""
@@ -89,10 +93,12 @@ class Fusions:
         slices (`slices`)."""
         position = self._count
         self._count += 1
-        producer_of, constants = self._producer, self._constants
+        producer_of, constants, signatures = self._producer, self._constants, self._signature
         producers = [producer_of.get(operand) for operand in operands]
-        self._signature[position] = (name, signature, tuple(
-            self._signature.get(producer) for producer in producers if producer in constants))
+        read_constants = [producer for producer in producers if producer in constants]
+        signatures[position] = (name, signature, tuple(
+            [signatures.get(producer) for producer in read_constants])
+            if read_constants else ())
         if name == "constant":
             constants.add(position)
         if reads is not None:
@@ -110,7 +116,11 @@ class Fusions:
             theirs = ranks.get(producer)
             if producer not in spread and theirs != 0:
                 read.append(producer)
-            users.setdefault(producer, set()).add(position)
+            found = users.get(producer)
+            if found is None:
+                users[producer] = {position}
+            else:
+                found.add(position)
             # a broadcast, an iota, a scalar or a lower-rank operand is no array read
             if producer in spread or (rank is not None and theirs is not None
                                       and theirs < rank):
@@ -123,17 +133,22 @@ class Fusions:
         if name in ("broadcast_in_dim", "iota") or (name == "constant" and rank == 0):
             spread.add(position)
         if weight is not None:
-            self._fusible[position] = (weight, name not in UNDUPLICATED_HLO,
-                                       name in INDEXING_HLO, arrays <= 1,
-                                       self._xla_cpu and name in SINGLE_USE_HLO)
-            if name in SAME_INDEX_HLO:
+            flags = _FLAGS.get(name)
+            if flags is None:
+                flags = _FLAGS[name] = (name not in UNDUPLICATED_HLO, name in INDEXING_HLO,
+                                        name in SINGLE_USE_HLO, name in SAME_INDEX_HLO)
+            cheap, indexing, single_use, same_index = flags
+            self._fusible[position] = (weight, cheap, indexing, arrays <= 1,
+                                       self._xla_cpu and single_use)
+            if same_index:
                 self._same_index.add(position)
 
     def merged(self, key, operands: list, results: list) -> bool:
         """Whether an op like this one (`key`: its name, attributes and result types) was
         visited with the same operands; if so its results stand for `results` (XLA's CSE
         merges the two before fusing)."""
-        full = (key, tuple(self._producer.get(operand, operand) for operand in operands))
+        producer_of = self._producer
+        full = (key, tuple([producer_of.get(operand, operand) for operand in operands]))
         first = self._seen.get(full)
         if first is None:
             self._seen[full] = results
@@ -162,29 +177,40 @@ class Fusions:
         """Fusible ops from which some path to one of their users runs through an op
         that does not fuse (XLA will not duplicate those): bitsets of the non-fusible
         ops below and above each op."""
-        order = sorted({*self._users, *self._fusible,
-                        *(user for users in self._users.values() for user in users)})
+        users_of, fusible = self._users, self._fusible
         operands: dict = {}
-        for producer, users in self._users.items():
+        for producer, users in users_of.items():
             for user in users:
                 operands.setdefault(user, []).append(producer)
+        readers = sorted(operands)  # a producer comes before its users
         # only an op that reads something of the block can lie between two others
-        between = (p for p in order if p not in self._fusible and p in operands)
-        bit = {p: 1 << i for i, p in enumerate(between)}
-        above: dict = {}
-        for position in order:
+        bit: dict = {}
+        for position in readers:
+            if position not in fusible:
+                bit[position] = 1 << len(bit)
+        if not bit:
+            return set()
+        above: dict = {}  # position -> the non-fusible ops on paths into it
+        for position in readers:
             mask = 0
-            for producer in operands.get(position, ()):
-                mask |= above[producer] | bit.get(producer, 0)
+            for producer in operands[position]:
+                mask |= above.get(producer, 0) | bit.get(producer, 0)
             above[position] = mask
-        below: dict = {}
-        for position in reversed(order):
+        below: dict = {}  # position -> the non-fusible ops on paths out of it
+        for position in sorted(users_of, reverse=True):
             mask = 0
-            for user in self._users.get(position, ()):
-                mask |= below[user] | bit.get(user, 0)
+            for user in users_of[position]:
+                mask |= below.get(user, 0) | bit.get(user, 0)
             below[position] = mask
-        return {position for position in self._fusible if below[position] and any(
-            above[user] & below[position] for user in self._users.get(position, ()))}
+        blocked = set()
+        for position in fusible:
+            mask = below.get(position)
+            if mask:
+                for user in users_of[position]:
+                    if above[user] & mask:
+                        blocked.add(position)
+                        break
+        return blocked
 
     def _reads(self, position: int, fusions: set, fusion_of: dict) -> int:
         """At how many indices its fusion reads `position`'s value: the distinct ops that
@@ -206,7 +232,15 @@ class Fusions:
         """`(ops, summed cost weights, indexing ops, signature, inputs)` of each fusion
         (equal signatures: the same kernel; inputs: the distinct arrays it reads from
         outside, its fused computation's parameters)."""
-        blocked = self._blocked()
+        blocked: list = []  # `_blocked()`, found when first asked: most blocks never ask
+
+        def duplicable(position: int, cheap: bool, unary: bool) -> bool:
+            if not cheap or unary:
+                return cheap
+            if not blocked:
+                blocked.append(self._blocked())
+            return position not in blocked[0]
+
         fusion_of: dict = {}
         dead: set = set()  # left unread once slices were resolved past them
         groups: list[list] = []
@@ -218,24 +252,25 @@ class Fusions:
         for position in sorted(self._fusible, reverse=True):
             weight, cheap, indexing, unary, single_use = self._fusible[position]
             every_user = self._users.get(position, set())
-            users = every_user - dead
+            users = every_user - dead if dead else every_user
             if not users and (position in self._bypassed or every_user):
                 dead.add(position)
                 continue
             fused = [user for user in users if user in fusion_of]
-            joined = set().union(*(fusion_of[user] for user in fused))
+            # (fusion sets are never changed once made: one may stand for several ops)
+            joined = fusion_of[fused[0]] if len(fused) == 1 else \
+                set().union(*[fusion_of[user] for user in fused])
             # an op with one user fuses into it before that user is copied, and goes
             # wherever its copies go; an expensive op with several users stays whole
             # XLA's all-paths check guards only ops that read more than one array
-            duplicable = cheap and (unary or position not in blocked)
             if single_use and (len(users) > 1 or len(joined) > 1
                                or self._reads(position, joined, fusion_of) > 1):
                 targets = {new_fusion()}
             elif users and len(fused) == len(users) and (
-                    len(joined) == 1 or duplicable
+                    len(joined) == 1 or duplicable(position, cheap, unary)
                     or (len(users) == 1 and (cheap or not self._xla_cpu))):
                 targets = joined
-            elif duplicable and unary and joined:
+            elif cheap and unary and joined:  # duplicable, reading at most one array
                 targets = joined | {new_fusion()}
             else:
                 targets = {new_fusion()}
@@ -257,8 +292,16 @@ class Fusions:
                 outside = targets - fusion_of.get(array, set())
                 for fusion in outside:
                     groups[fusion][4].add(array)
-        return [(*group[:3], hash(tuple(sorted(map(repr, group[3])))), len(group[4]))
-                for group in groups if group[0]]
+        texts: dict = {}  # signature -> its repr (ops repeat a few signatures)
+
+        def text(signature) -> str:
+            found = texts.get(signature)
+            if found is None:
+                found = texts[signature] = repr(signature)
+            return found
+
+        return [(*group[:3], hash(tuple(sorted([text(sig) for sig in group[3]]))),
+                 len(group[4])) for group in groups if group[0]]
 
 
 def fusion_weight(name: str, infos: list, op=None, xla_cpu: bool = True,

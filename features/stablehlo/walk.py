@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 
-from ..categories import FUSIBLE_HLO, HLO_STRUCTURAL
-from .contractions import transposed_dot_operands
+from .contractions import dot_stats, transposed_dot_operands
 from .fusion import Fusions, fusion_weight, rank
-from .ops import BRANCHES, HANDLERS, NOT_KERNELS, Callee, Loop, Site, count, short_name
+from .kinds import OPERAND_WEIGHTED, OpKind, Results, count_block
+from .ops import BRANCHES, Callee, Loop, Site
 from .slices import resolve, sliced_dimension
 from .tally import Tally, appended, counted, finish
 from .tensors import cached
@@ -53,9 +53,16 @@ class Walker:
         self.inlined = self.visited = 0
         self._ids: dict = {}  # MLIR value -> its key (`_key`)
         self._last_key = 0
-        self._names: dict[str, str] = {}  # op name -> `short_name`
+        self._kinds: dict[str, OpKind] = {}  # op name -> its `OpKind`
+        self._results: dict[tuple, Results] = {}  # result types -> their `Results`
         self._texts: dict = {}  # MLIR type -> its text
+        self._attribute_texts: dict = {}  # MLIR attribute -> its text
+        self._dots: dict = {}  # a dot's dimensions and types -> (`dot_stats`, transposed)
+        self._weights: dict = {}  # what an `OPERAND_WEIGHTED` op's weight depends on -> it
         self._sizes: dict[str, int] = {}  # function -> ops `_inline` visits for a call of it
+        # block -> (op, name, operand values, result values, has regions) of its ops, for
+        # `ConstantFolding` to read rather than ask the bindings again
+        self.ops: dict = {}
 
     def function(self, name: str) -> Tally:
         if name not in self.tallies:
@@ -81,27 +88,42 @@ class Walker:
         # calls costs two Python frames a call, as many as RecursionError allowed before.
         fusions = Fusions(self.xla_cpu) if fuse else None
         site = Site(tally, trips, depth, self.tensor)
-        kernels = 0  # unfused ops of this block
         chain_to: dict = {}  # result value -> longest chain of ops ending in it
         longest = 0
-        ids, key_of, names = self._ids, self._key, self._names
+        ids, key_of, kinds, decoded = self._ids, self._key, self._kinds, self._results
+        uses = tally.uses
+        of_kind: dict = {}  # OpKind -> ops of this block of that kind
+        of_types: dict = {}  # Results -> ops of this block with those result types
+        records = self.ops[block] = []
         for view in block.operations:
             op = view.operation
             full = op.name
-            name = names.get(full)
-            if name is None:
-                name = names[full] = short_name(full)
+            kind = kinds.get(full)
+            if kind is None:
+                kind = kinds[full] = OpKind(full, view)
+            name = kind.name
             # each access to op.operands / op.results builds new Python objects: once only;
             # values are keyed by ints from here on (hashing a binding's value is slow)
             operand_values = list(op.operands)
             operands = [ids.get(v) or key_of(v) for v in operand_values]
             result_values = list(op.results)
-            results = [ids.get(v) or key_of(v) for v in result_values]
-            types = [result.type for result in result_values]
-            infos = [self.tensor(t) for t in types]
-            regions = op.regions
+            results = []
+            for value in result_values:  # `_key`, for values defined here
+                key = ids.get(value)
+                if key is None:
+                    self._last_key -= 1
+                    key = ids[value] = self._last_key
+                results.append(key)
+            types = tuple([result.type for result in result_values])
+            res = decoded.get(types)
+            if res is None:
+                res = self._decode(types)
+            regions = () if kind.regionless else op.regions
             if not len(regions):
                 regions = ()
+            records.append((op, full, operand_values, result_values, bool(regions)))
+            dot = self._dot(op, operand_values, types) \
+                if name == "dot_general" or name == "dot" else None
             if fusions is None:
                 pass
             elif name == "call":
@@ -114,19 +136,30 @@ class Walker:
                 reads = None
                 if name == "slice" and operand_values:
                     reads = self._slice_reads(operand_values[0], op)
-                self._fuse(fusions, op, name, operands, results, infos, types, reads,
-                           bool(regions))
-            if full in HLO_STRUCTURAL:
+                self._fuse(fusions, op, kind, operands, results, res, operand_values,
+                           None if dot is None else dot[1], reads, bool(regions))
+            if kind.structural:
                 continue
             before = 0
             for operand in operands:
-                tally.uses[operand] += 1
-                before = max(before, chain_to.get(operand, 0))
-            if name not in FUSIBLE_HLO and name not in NOT_KERNELS:
-                kernels += 1
-            count(tally, name, infos, trips)
-            handler = HANDLERS.get(name)
-            how = None if handler is None else handler(op, site)
+                uses[operand] += 1
+                chain = chain_to.get(operand, 0)
+                if chain > before:
+                    before = chain
+            # `ops.count`: what the op's kind and result types add is added per kind and
+            # per types at the end of the block (`count_block`)
+            tally.ops_weighted += trips
+            of_kind[kind] = of_kind.get(kind, 0) + 1
+            of_types[res] = of_types.get(res, 0) + 1
+            if dot is not None:  # `contractions.dot`, from the cached stats
+                flops, matrix_vector, transposes = dot[0]
+                tally.dot_flops += trips * flops
+                tally.matrix_vector_dots += matrix_vector
+                tally.layout_transposes += transposes
+                how = None
+            else:
+                handler = kind.handler
+                how = None if handler is None else handler(op, site)
             inner = 0  # chain inside the op's regions or its callee
             if isinstance(how, Loop):
                 body = max((self._block(inner_block, tally, how.trips, depth + 1, "region")
@@ -142,7 +175,12 @@ class Walker:
             for region in regions:
                 for inner_block in region.blocks:
                     inner = max(inner, self._block(inner_block, tally, trips, depth, branches))
-            longest = max(longest, _chain_end(results, chain_to, before + 1 + inner))
+            length = before + 1 + inner
+            for result in results:
+                chain_to[result] = length
+            if length > longest:
+                longest = length
+        kernels = count_block(tally, of_kind, of_types)
         groups = [] if fusions is None else fusions.groups()
         # a function body's fusions hold its callees' ops (`_inline`); a loop body's and
         # a branch's are their own, and count at every call of the function they are in
@@ -172,7 +210,7 @@ class Walker:
             raise InliningBudgetExceeded
         stack = stack + (callee,)
         local = dict(zip(blocks[0].arguments, operands))
-        names = self._names
+        kinds = self._kinds
 
         def mapped(value):
             found = local.get(value)
@@ -183,21 +221,26 @@ class Walker:
         for view in blocks[0].operations:
             op = view.operation
             full = op.name
-            name = names.get(full)
-            if name is None:
-                name = names[full] = short_name(full)
-            inner_operands = [mapped(v) for v in op.operands]
+            kind = kinds.get(full)
+            if kind is None:
+                kind = kinds[full] = OpKind(full, view)
+            operand_values = list(op.operands)
+            inner_operands = [mapped(v) for v in operand_values]
             if full == "func.return":
                 for result, value in zip(results, inner_operands):
                     fusions.alias(result, value)
                 continue
-            inner_results = [mapped(r) for r in op.results]
-            if name == "call":
+            result_values = list(op.results)
+            inner_results = [mapped(r) for r in result_values]
+            if kind.name == "call":
                 self._inline(fusions, op, inner_operands, inner_results, depth + 1, stack)
                 continue
-            types = [r.type for r in op.results]
-            infos = [self.tensor(t) for t in types]
-            self._fuse(fusions, op, name, inner_operands, inner_results, infos, types)
+            types = tuple([r.type for r in result_values])
+            res = self._results.get(types) or self._decode(types)
+            transposed = self._dot(op, operand_values, types)[1] \
+                if kind.name == "dot_general" else None
+            self._fuse(fusions, op, kind, inner_operands, inner_results, res, operand_values,
+                       transposed, has_regions=False if kind.regionless else None)
 
     def _new_key(self) -> int:
         # negative: never equal to a position in `Fusions`, which keys some maps by both
@@ -252,31 +295,92 @@ class Walker:
             self._sizes[name] = size
         return self._sizes[name]
 
-    def _fuse(self, fusions: Fusions, op, name: str, operands: list, results: list,
-              infos: list, types: list, reads: int | None = None,
-              has_regions: bool | None = None) -> None:
+    def _decode(self, types: tuple) -> Results:
+        res = self._results[types] = Results([self.tensor(t) for t in types],
+                                             tuple(self._type_text(t) for t in types))
+        return res
+
+    def _dot(self, op, operand_values: list, types: tuple) -> tuple:
+        """(`dot_stats`, `transposed_dot_operands`) of a dot, once per dimension numbers
+        and types: what they read of the op."""
+        attributes = op.attributes
+        dims = attributes["dot_dimension_numbers"] \
+            if "dot_dimension_numbers" in attributes else None
+        key = (dims, *[value.type for value in operand_values[:2]], types[:1])
+        found = self._dots.get(key)
+        if found is None:
+            found = self._dots[key] = (dot_stats(op, self.tensor),
+                                       transposed_dot_operands(op, self.tensor))
+        return found
+
+    def _weight(self, kind: OpKind, res: Results, op, operand_values: list) -> float | None:
+        """`fusion_weight` of the op, looked up where its operands and attributes do not
+        change it, else keyed by what they give it."""
+        name = kind.name
+        if not kind.fusible:
+            return None
+        if not self.xla_cpu or name not in OPERAND_WEIGHTED:
+            weights = res.weights
+            if name not in weights:
+                weights[name] = fusion_weight(name, res.infos, op, self.xla_cpu, self.tensor)
+            return weights[name]
+        if name == "convert":
+            key = (name, res, operand_values[0].type)
+        elif name == "broadcast_in_dim":
+            key = (name, res, operand_values[0].type, op.attributes["broadcast_dimensions"])
+        else:
+            key = (name, res, len(operand_values), op.attributes["dimension"])
+        weights = self._weights
+        if key not in weights:
+            weights[key] = fusion_weight(name, res.infos, op, self.xla_cpu, self.tensor)
+        return weights[key]
+
+    def _fuse(self, fusions: Fusions, op, kind: OpKind, operands: list, results: list,
+              res: Results, operand_values: list, transposed: list | None = None,
+              reads: int | None = None, has_regions: bool | None = None) -> None:
         """Visit one op into `fusions` (`operands`/`results` are its values' keys there,
-        `types` its results' types, `reads` what it reads in place of its first operand,
-        see `Fusions.visit`), with the layout copy XLA:CPU puts before a dot operand it
-        transposes."""
-        if name == "dot_general":
+        `res` its results' types, `transposed` the operands a dot_general transposes,
+        `reads` what it reads in place of its first operand, see `Fusions.visit`), with
+        the layout copy XLA:CPU puts before a dot operand it transposes."""
+        name = kind.name
+        if transposed:
             operands = list(operands)
-            for index, layout in transposed_dot_operands(op, self.tensor):
-                operand_type = op.operands[index].type
+            for index, layout in transposed:
+                operand_type = operand_values[index].type
                 operands[index] = fusions.layout_copy(
                     operands[index], layout, rank([self.tensor(operand_type)]),
                     self._type_text(operand_type))
-        weight = fusion_weight(name, infos, op, self.xla_cpu, self.tensor)
+        weight = self._weight(kind, res, op, operand_values) if kind.fusible else None
         key = None
-        if weight is not None or _small_constant(name, infos):
-            key = (name, _attributes(op), tuple(self._type_text(t) for t in types))
+        if weight is not None or (name == "constant" and res.small):
+            key = (name, self._attributes(op), res.texts)
             # XLA's CSE merges equal ops before it fuses (JAX writes a constant and its
             # broadcast for every scalar operand)
             if has_regions is None:
                 has_regions = bool(len(op.regions))
             if not has_regions and fusions.merged(key, operands, results):
                 return
-        fusions.visit(operands, results, name, weight, rank(infos), key, reads)
+        fusions.visit(operands, results, name, weight, res.rank, key, reads)
+
+    def _attributes(self, op) -> tuple:
+        """An op's attributes as text, to compare ops by (the bindings cannot hand out some,
+        e.g. a complex constant's value: then the op's printed form without its values'
+        names). MLIR uniques attributes: each is printed once."""
+        attributes = op.attributes
+        if not len(attributes):
+            return ()
+        texts = self._attribute_texts
+        out = []
+        try:
+            for name in attributes:
+                attribute = attributes[name]
+                text = texts.get(attribute)
+                if text is None:
+                    text = texts[attribute] = str(attribute)
+                out.append((name, text))
+        except TypeError:
+            return (re.sub(r"%[^\s,:)\]]+", "", op.get_asm(print_generic_op_form=True)),)
+        return tuple(out)
 
 
 def _chain_end(results: list, chain_to: dict, length: int) -> int:
@@ -284,25 +388,3 @@ def _chain_end(results: list, chain_to: dict, length: int) -> int:
     for result in results:
         chain_to[result] = length
     return length
-
-
-# Constants CSE compares by value (larger ones are left as they are: printing them is slow
-# and programs rarely repeat them).
-CSE_CONSTANT_ELEMENTS = 64
-
-
-def _small_constant(name: str, infos: list) -> bool:
-    return name == "constant" and all(
-        info is not None and info.elements <= CSE_CONSTANT_ELEMENTS for info in infos)
-
-
-def _attributes(op) -> tuple:
-    """An op's attributes as text, to compare ops by (the bindings cannot hand out some,
-    e.g. a complex constant's value: then the op's printed form without its values' names)."""
-    attributes = op.attributes
-    if not len(attributes):
-        return ()
-    try:
-        return tuple((name, str(attributes[name])) for name in attributes)
-    except TypeError:
-        return (re.sub(r"%[^\s,:)\]]+", "", op.get_asm(print_generic_op_form=True)),)
