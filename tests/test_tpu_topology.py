@@ -16,8 +16,6 @@ from costmodel.cli.common import backend_and_target
 from costmodel.features import Placement, normalize_target
 from costmodel.features.environment import UnknownTargetError, chips, model_target
 from costmodel.features.sharding import PLACEMENT_INPUTS, is_sharded, placement_inputs
-from costmodel.models import default_path
-from costmodel.training.fitting.fit import features_frame, select_rows
 from costmodel.measure.sharding import (
     NotSharded,
     collective_count,
@@ -25,6 +23,8 @@ from costmodel.measure.sharding import (
     mesh_axes,
     split_params,
 )
+from costmodel.models import default_path
+from costmodel.training.fitting.fit import features_frame, select_rows
 
 
 def test_a_topology_of_a_known_chip_is_a_tpu_target():

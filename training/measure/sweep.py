@@ -24,10 +24,10 @@ from pathlib import Path
 from costmodel.features import Placement
 from costmodel.measure.machine import environment
 from costmodel.measure.rows import ShardWriter, make_row, program_key
+from costmodel.measure.sharding import SHARDING_PARAM
 
 from ..store import dataset
 from .runner import DEFAULT_MEMORY_LIMIT, DEFAULT_TIMEOUT, run_child
-from costmodel.measure.sharding import SHARDING_PARAM
 
 # XLA compiles with more than one thread, so concurrent measurements on a 2-core machine
 # share cores and inflate each other's times: one worker is the default there. The shipped
