@@ -142,21 +142,12 @@ def measure(layers: int, repeats: int) -> dict:
 
 def export(layers: int, out: Path) -> None:
     """Both forms as `jax.export` artifacts with a manifest `tpu_device_run.py` reads."""
-    import jax
-    from jax import export as jax_export
+    from tpu_device import serialize_for_tpu
 
     out.mkdir(parents=True, exist_ok=True)
     entries = []
     for form, build in (("unrolled", unrolled_step), ("scanned", scanned_step)):
-        fn, args = build(layers)
-        leaves, tree = jax.tree_util.tree_flatten(args)
-
-        def flat(*xs, fn=fn, tree=tree):
-            return jax.tree_util.tree_leaves(fn(*jax.tree_util.tree_unflatten(tree, xs)))
-
-        specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves]
-        blob = jax_export.export(jax.jit(flat), platforms=["tpu"])(*specs).serialize()
-        (out / f"{form}.bin").write_bytes(blob)
+        (out / f"{form}.bin").write_bytes(serialize_for_tpu(*build(layers)))
         entries.append({"name": form, "file": f"{form}.bin", "key": f"tpu_advice|{form}|{layers}",
                         "family": "tpu_advice", "library": "synthetic", "x64": False,
                         "here_s": 0.0})

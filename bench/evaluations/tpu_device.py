@@ -29,6 +29,8 @@ from pathlib import Path
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("EQX_ON_ERROR", "nan")  # Equinox's runtime checks use host callbacks
 
+from costmodel.training.fitting.device_correction import read_device_rows  # noqa: E402
+
 
 def select(rows, n: int, seed: int = 0, exclude=()) -> list[int]:
     """Indices of `n` ok rows spread over libraries and sizes: rows are sorted by their
@@ -52,9 +54,23 @@ def select(rows, n: int, seed: int = 0, exclude=()) -> list[int]:
     return picked
 
 
-def export_programs(rows_dir: str, out: Path, n: int, exclude=()) -> None:
+def serialize_for_tpu(fn, args) -> bytes:
+    """`fn(*args)` lowered for platform `tpu` with `jax.export`, its arguments and results
+    flattened to leaves first (custom pytree nodes do not serialize)."""
     import jax
     from jax import export
+
+    leaves, tree = jax.tree_util.tree_flatten(args)
+
+    def flat(*xs):
+        return jax.tree_util.tree_leaves(fn(*jax.tree_util.tree_unflatten(tree, xs)))
+
+    specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves]
+    return export.export(jax.jit(flat), platforms=["tpu"])(*specs).serialize()
+
+
+def export_programs(rows_dir: str, out: Path, n: int, exclude=()) -> None:
+    import jax
 
     from costmodel.training import corpus
     from costmodel.training.store import dataset
@@ -67,14 +83,7 @@ def export_programs(rows_dir: str, out: Path, n: int, exclude=()) -> None:
         spec = corpus.get_family(row["family"])
         jax.config.update("jax_enable_x64", bool(spec.x64))
         try:
-            fn, args = spec.build(**json.loads(row["params"]))
-            leaves, tree = jax.tree_util.tree_flatten(args)
-
-            def flat(*xs, fn=fn, tree=tree):
-                return jax.tree_util.tree_leaves(fn(*jax.tree_util.tree_unflatten(tree, xs)))
-
-            specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves]
-            blob = export.export(jax.jit(flat), platforms=["tpu"])(*specs).serialize()
+            blob = serialize_for_tpu(*spec.build(**json.loads(row["params"])))
         except Exception as exc:  # not exportable (host callbacks, unstable custom calls)
             print(f"skip {row['family']}: {type(exc).__name__}: {str(exc)[:120]}", file=sys.stderr)
             continue
@@ -88,18 +97,6 @@ def export_programs(rows_dir: str, out: Path, n: int, exclude=()) -> None:
               file=sys.stderr)
         # rewritten after each program, so an export cut short still travels
         (out / "manifest.json").write_text(json.dumps({"programs": entries}, indent=1))
-
-
-def read_device_rows(paths) -> tuple[dict, list[dict]]:
-    env, rows = {}, []
-    for path in paths:
-        for line in Path(path).read_text().splitlines():
-            record = json.loads(line)
-            if "environment" in record:
-                env = record["environment"]
-            else:
-                rows.append(record)
-    return env, rows
 
 
 def spread(values) -> dict:
