@@ -8,7 +8,7 @@ artifacts for `tpu_device_run.py` on the chip, whose rows `score` reads.
 
     python bench/evaluations/tpu_advice.py advise [--layers 16]
     python bench/evaluations/tpu_advice.py measure [--repeats 3] [--json OUT]
-    python bench/evaluations/tpu_advice.py export --out .tpu-advice
+    python bench/evaluations/tpu_advice.py export --out .tpu-advice [--repeats 3]
 """
 
 from __future__ import annotations
@@ -140,17 +140,19 @@ def measure(layers: int, repeats: int) -> dict:
             "measured_saving_s": med["unrolled"] - med["scanned"]}
 
 
-def export(layers: int, out: Path) -> None:
-    """Both forms as `jax.export` artifacts with a manifest `tpu_device_run.py` reads."""
+def export(layers: int, out: Path, repeats: int = 1) -> None:
+    """Both forms as `jax.export` artifacts with a manifest `tpu_device_run.py` reads; each
+    form listed `repeats` times, interleaved, so the chip compiles them in turn."""
     from tpu_device import serialize_for_tpu
 
     out.mkdir(parents=True, exist_ok=True)
-    entries = []
-    for form, build in (("unrolled", unrolled_step), ("scanned", scanned_step)):
+    forms = ("unrolled", "scanned")
+    for form, build in zip(forms, (unrolled_step, scanned_step)):
         (out / f"{form}.bin").write_bytes(serialize_for_tpu(*build(layers)))
-        entries.append({"name": form, "file": f"{form}.bin", "key": f"tpu_advice|{form}|{layers}",
-                        "family": "tpu_advice", "library": "synthetic", "x64": False,
-                        "here_s": 0.0})
+    entries = [{"name": f"{form}{i}", "file": f"{form}.bin",
+                "key": f"tpu_advice|{form}|{layers}", "family": "tpu_advice",
+                "library": "synthetic", "x64": False, "here_s": 0.0}
+               for i in range(repeats) for form in forms]
     (out / "manifest.json").write_text(json.dumps({"programs": entries}, indent=1))
 
 
@@ -163,7 +165,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.command == "export":
-        export(args.layers, args.out)
+        export(args.layers, args.out, args.repeats)
         return
     result = advise(args.layers)
     if args.command == "measure":
