@@ -9,6 +9,7 @@ artifacts for `tpu_device_run.py` on the chip, whose rows `score` reads.
     python bench/evaluations/tpu_advice.py advise [--layers 16]
     python bench/evaluations/tpu_advice.py measure [--repeats 3] [--json OUT]
     python bench/evaluations/tpu_advice.py export --out .tpu-advice [--repeats 3]
+    python bench/evaluations/tpu_advice.py score bench/data/tpu_advice/*.jsonl [--json OUT]
 """
 
 from __future__ import annotations
@@ -156,9 +157,36 @@ def export(layers: int, out: Path, repeats: int = 1) -> None:
     (out / "manifest.json").write_text(json.dumps({"programs": entries}, indent=1))
 
 
+def score(paths: list[Path], layers: int) -> dict:
+    """The saving measured on the chip (rows of `tpu_device_run.py` over the `export`
+    artifacts: median compile seconds of each form, every compile of it counted) against
+    the advice's predicted saving, and the reference program's spread in the same rows."""
+    seconds: dict[str, list[float]] = {"unrolled": [], "scanned": []}
+    refs: list[float] = []
+    for path in paths:
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            if row.get("status") != "ok":
+                continue
+            form = row["key"].split("|")[1]
+            seconds[form] += row["device_s"]
+            refs += row["ref_device_s"]
+    med = {form: statistics.median(v) for form, v in seconds.items()}
+    result = advise(layers)
+    measured = med["unrolled"] - med["scanned"]
+    result.update({"device_s": seconds, "device_median_s": med, "measured_saving_s": measured,
+                   "reference_device_s": [min(refs), statistics.median(refs), max(refs)]})
+    for name in ("advice_scan_s", "predicted_scanned_s"):
+        if result[name] is not None:
+            result[f"saving_ratio_{name}"] = (result["predicted_unrolled_s"]
+                                              - result[name]) / measured
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("advise", "measure", "export"))
+    parser.add_argument("command", choices=("advise", "measure", "export", "score"))
+    parser.add_argument("rows", nargs="*", type=Path, help="chip rows (score)")
     parser.add_argument("--layers", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path(".tpu-advice"))
@@ -167,7 +195,7 @@ def main() -> None:
     if args.command == "export":
         export(args.layers, args.out, args.repeats)
         return
-    result = advise(args.layers)
+    result = score(args.rows, args.layers) if args.command == "score" else advise(args.layers)
     if args.command == "measure":
         result.update(measure(args.layers, args.repeats))
         for name in ("advice_scan_s", "predicted_scanned_s"):
