@@ -83,12 +83,17 @@ class Artifact:
         return self.on_device(inputs, self.predictor.predict(inputs))
 
     def on_device(self, inputs: list[dict[str, float]], out: dict) -> dict:
-        """`out` (the predictor's) with compile time moved to the chip's host when the
-        model has a device correction; as it is otherwise."""
-        if self.device_correction is None or "compile_seconds" not in out:
+        """`out` (the predictor's) with compile time and host memory moved to the chip's
+        host when the model has a device correction; as it is otherwise."""
+        correction = self.device_correction
+        if correction is None or "compile_seconds" not in out:
             return out
-        point, lo, hi = self.device_correction.apply(inputs, out["compile_seconds"]["point"])
-        return {**out, "compile_seconds": {"point": point, "lo": lo, "hi": hi}}
+        point, lo, hi = correction.apply(inputs, out["compile_seconds"]["point"])
+        moved = {**out, "compile_seconds": {"point": point, "lo": lo, "hi": hi}}
+        if correction.rss_added_bytes and "peak_rss_bytes" in out:
+            moved["peak_rss_bytes"] = {k: np.asarray(v, float) + correction.rss_added_bytes
+                                       for k, v in out["peak_rss_bytes"].items()}
+        return moved
 
 
 def sha256_of(path: Path) -> str:

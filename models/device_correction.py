@@ -35,6 +35,9 @@ class DeviceCorrection:
     forest: FlatForest
     lo: float
     hi: float
+    # bytes the chip's host adds to a compile's host RSS growth (its allocator arenas and
+    # threads), from fresh-process compiles there; 0 for a step fitted without them
+    rss_added_bytes: float = 0.0
     about: Mapping[str, Any] = field(default_factory=dict)
 
     def log_factor(self, inputs: Sequence[Mapping[str, float]],
@@ -55,7 +58,7 @@ class DeviceCorrection:
     def save(self, file) -> None:
         """Write to `file`, a path or a binary handle (what `atomic_write` passes)."""
         meta = {"feature_names": list(self.feature_names), "lo": self.lo, "hi": self.hi,
-                "about": dict(self.about)}
+                "rss_added_bytes": self.rss_added_bytes, "about": dict(self.about)}
         np.savez(file, meta=np.array(json.dumps(meta)), **self.forest.arrays())
 
     @classmethod
@@ -64,4 +67,6 @@ class DeviceCorrection:
             meta = json.loads(str(data["meta"]))
             forest = FlatForest.from_arrays(data)
         return cls(feature_names=tuple(meta["feature_names"]), forest=forest,
-                   lo=float(meta["lo"]), hi=float(meta["hi"]), about=meta.get("about", {}))
+                   lo=float(meta["lo"]), hi=float(meta["hi"]),
+                   rss_added_bytes=float(meta.get("rss_added_bytes", 0.0)),
+                   about=meta.get("about", {}))

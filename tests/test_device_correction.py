@@ -148,3 +148,59 @@ def test_a_fresh_process_rss_is_preferred_to_a_warm_ones():
     chip[0]["fresh_deviceless_rss_bytes"] = 3e8
     frame = dc.pairs(rows, predictions, chip).frame
     assert frame.loc["k0", "rss"] == 3e8 and frame.loc["k1", "rss"] == 1e8
+
+
+def _with_memory(added=30e6, seed=1):
+    """`_pairs` with held-out host-memory predictions and, in rows of their own (as
+    `tpu_device_run.py --fresh-rss-only` writes), fresh-process RSS on the chip's host that
+    is the prediction plus `added` bytes, give or take 5%."""
+    rows, predictions, chip, conv = _pairs()
+    rng = np.random.default_rng(seed)
+    memory = np.geomspace(20e6, 2e9, len(rows))
+    predictions = pd.concat([predictions, pd.DataFrame({
+        "split": dc.SPLIT, "model": "costmodel", "target": "peak_rss_bytes",
+        "key": rows["key"], "point": memory})])
+    chip += [{"key": k, "status": "ok", "fresh_deviceless_rss_bytes": float(m)}
+             for k, m in zip(rows["key"], (memory + added) * np.exp(rng.normal(0, 0.05, len(rows))))]
+    return rows, predictions, chip, memory
+
+
+def test_a_fresh_rss_row_without_chip_seconds_still_gives_the_program_its_memory():
+    rows, predictions, chip, memory = _with_memory()
+    frame = dc.pairs(rows, predictions, chip).frame
+    assert len(frame) == 72  # the RSS-only rows add no program of their own
+    assert frame.loc["k5", "fresh_rss"] == pytest.approx(frame.loc["k5", "rss"])
+    assert frame.loc["k5", "fresh_rss"] / (memory[5] + 30e6) == pytest.approx(1, abs=0.2)
+
+
+def test_the_chip_hosts_added_bytes_are_fitted_scored_and_applied(tmp_path):
+    from costmodel import predict_features
+    from costmodel.training.fitting.fit import train
+    from costmodel.training.fitting.publish import save
+
+    rows, predictions, chip, memory = _with_memory(added=30e6)
+    p = dc.pairs(rows, predictions, chip)
+    scores = dc.score(p)["all"]["fresh_rss_over_50MB"]
+    # the additive host bytes fix the small programs the prediction alone misses
+    assert scores["with_host_bytes"]["median_fold"] < 1.06
+    assert scores["model"]["p90_fold"] > 1.3
+    correction = dc.fit(p, {"programs": len(p.frame)})
+    assert correction.rss_added_bytes == pytest.approx(30e6, rel=0.25)
+    rows["backend"], rows["target"] = "tpu", "v5e"
+    model = train(rows, "tpu", "v5e", max_iter=20, n_folds=3)
+    folder = tmp_path / "tpu-v5e"
+    save(model, folder, backend="tpu", target="v5e", data=rows,
+         metrics={"leave_family_out": {}}, name="test-tpu")
+    dc.install(folder, correction)
+    art = load(folder)
+    assert art.device_correction.rss_added_bytes == correction.rss_added_bytes
+    values = {name: float(rows[f"f_{name}"].iloc[3]) for name in MODEL_FEATURES}
+    feats = Features(values=values, backend="tpu", target="v5e")
+    base = art.predictor.predict([feats.model_inputs()])["peak_rss_bytes"]["point"][0]
+    got = predict_features(feats, model=folder)
+    assert got.peak_memory_bytes == pytest.approx(base + correction.rss_added_bytes)
+
+
+def test_a_step_fitted_without_fresh_rss_adds_no_bytes():
+    rows, predictions, chip, _ = _pairs()
+    assert dc.fit(dc.pairs(rows, predictions, chip), {}).rss_added_bytes == 0.0

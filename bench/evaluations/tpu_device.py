@@ -10,6 +10,7 @@ the shipped TPU model, and reports the deviceless-to-device ratio, the reference
 program's spread on the TPU host, and the model's figures on the device.
 
     python bench/evaluations/tpu_device.py export --rows SWEEP_DIR --out .tpu-artifacts [--n 100]
+        [--exclude DEVICE_ROWS... | --without-fresh-rss DEVICE_ROWS...]
     # on the device machine: python bench/evaluations/tpu_device_run.py .tpu-artifacts --out $OUT/rows.jsonl
     python bench/evaluations/tpu_device.py score bench/data/tpu_device/*.jsonl --rows SWEEP_DIR \\
         [--predictions HELD_OUT.parquet] [--json bench/results/tpu_device.json]
@@ -30,6 +31,13 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("EQX_ON_ERROR", "nan")  # Equinox's runtime checks use host callbacks
 
 from costmodel.training.fitting.device_correction import read_device_rows  # noqa: E402
+
+
+def by_memory(rows, keys) -> list[int]:
+    """Indices of the ok rows whose key is in `keys`, largest sweep RSS growth first: the
+    programs whose host memory a fresh process on the chip's host should measure first."""
+    ok = rows[(rows["status"] == "ok") & rows["key"].isin(set(keys))]
+    return list(ok.drop_duplicates("key").sort_values("peak_rss_bytes", ascending=False).index)
 
 
 def select(rows, n: int, seed: int = 0, exclude=()) -> list[int]:
@@ -69,7 +77,7 @@ def serialize_for_tpu(fn, args) -> bytes:
     return export.export(jax.jit(flat), platforms=["tpu"])(*specs).serialize()
 
 
-def export_programs(rows_dir: str, out: Path, n: int, exclude=()) -> None:
+def export_programs(rows_dir: str, out: Path, n: int, exclude=(), include=None) -> None:
     import jax
 
     from costmodel.training import corpus
@@ -78,7 +86,9 @@ def export_programs(rows_dir: str, out: Path, n: int, exclude=()) -> None:
     rows = dataset.load([rows_dir])
     out.mkdir(parents=True, exist_ok=True)
     entries = []
-    for i, index in enumerate(select(rows, n, exclude=exclude)):
+    picked = by_memory(rows, include)[:n] if include is not None else select(
+        rows, n, exclude=exclude)
+    for i, index in enumerate(picked):
         row = rows.loc[index]
         spec = corpus.get_family(row["family"])
         jax.config.update("jax_enable_x64", bool(spec.x64))
@@ -217,6 +227,9 @@ def main() -> None:
     p.add_argument("--n", type=int, default=100)
     p.add_argument("--exclude", nargs="*", default=[],
                    help="device rows (JSON lines) whose programs are not exported again")
+    p.add_argument("--without-fresh-rss", nargs="*",
+                   help="export instead the programs of these device rows that have no "
+                        "fresh-process RSS yet, largest sweep RSS first (for --fresh-rss-only)")
     p = sub.add_parser("score")
     p.add_argument("paths", nargs="+")
     p.add_argument("--rows", required=True)
@@ -226,7 +239,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.command == "export":
         done = [r["key"] for r in read_device_rows(args.exclude)[1]]
-        export_programs(args.rows, args.out, args.n, exclude=done)
+        include = None
+        if args.without_fresh_rss:
+            measured = read_device_rows(args.without_fresh_rss)[1]
+            fresh = {r["key"] for r in measured if r.get("fresh_deviceless_rss_bytes")}
+            include = {r["key"] for r in measured if r.get("status") == "ok"} - fresh
+        export_programs(args.rows, args.out, args.n, exclude=done, include=include)
         return
     result = score(args.paths, args.rows)
     if args.predictions:

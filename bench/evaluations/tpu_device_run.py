@@ -8,7 +8,7 @@ compilation cache off, and must fire exactly one backend compile. Rows are writt
 `--out` as they are measured, so a run cut by its time limit keeps what it finished.
 
     python bench/evaluations/tpu_device_run.py ARTIFACTS_DIR --out rows.jsonl [--budget-s 480] [--skip N]
-        [--max-here-s S]
+        [--max-here-s S] [--fresh-rss-below-s S | --fresh-rss-only]
 """
 
 from __future__ import annotations
@@ -78,12 +78,18 @@ def main() -> None:
     parser.add_argument("--fresh-rss-below-s", type=float, default=0.0,
                         help="also compile deviceless in a fresh process, for its peak RSS "
                              "growth, when the chip's compile took less than this")
+    parser.add_argument("--fresh-rss-only", action="store_true",
+                        help="measure only each program's fresh-process deviceless RSS growth "
+                             "(programs compiled on the chip before)")
     parser.add_argument("--rss-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rss_child:
         print(json.dumps(_fresh_rss(Path(args.artifacts) / args.rss_child)))
         return
     started = time.monotonic()
+    if args.fresh_rss_only:
+        _fresh_rss_rows(args, started)
+        return
 
     import jax
     from jax import export
@@ -155,6 +161,31 @@ def main() -> None:
                 row["status"] = "ok"
             except Exception as exc:  # a program that fails here is a row, not a stop
                 row["status"], row["message"] = "error", f"{type(exc).__name__}: {exc}"[:400]
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+            print(json.dumps(row), flush=True)
+
+
+def _fresh_rss_rows(args, started: float) -> None:
+    """One row per program with only its fresh-process RSS growth (and the child's wall
+    seconds), for programs whose chip seconds earlier runs measured."""
+    manifest = json.loads((Path(args.artifacts) / "manifest.json").read_text())
+    with open(args.out, "a") as out:
+        out.write(json.dumps({"environment": {
+            "libtpu_version": _version("libtpu"), "host_cpu_count": os.cpu_count(),
+            "cpu_model": _cpu_model(), "hostname": platform.node()}}) + "\n")
+        for entry in manifest["programs"][args.skip:]:
+            if time.monotonic() - started > args.budget_s:
+                break
+            if args.max_here_s is not None and entry["here_s"] > args.max_here_s:
+                continue
+            t0 = time.monotonic()
+            growth = _fresh_rss_child(args.artifacts, entry,
+                                      timeout=max(60.0, 6 * entry["here_s"]))
+            row = {"name": entry["name"], "key": entry["key"],
+                   "status": "ok" if growth is not None else "error",
+                   "fresh_deviceless_rss_bytes": growth,
+                   "child_s": round(time.monotonic() - t0, 2)}
             out.write(json.dumps(row) + "\n")
             out.flush()
             print(json.dumps(row), flush=True)
