@@ -69,8 +69,8 @@ def read_device_rows(paths) -> tuple[dict, list[dict]]:
     for path in paths:
         for line in Path(path).read_text().splitlines():
             record = json.loads(line)
-            if "environment" in record:
-                env = record["environment"]
+            if "environment" in record:  # a later run's facts over an earlier's
+                env.update({k: v for k, v in record["environment"].items() if v})
             else:
                 rows.append(record)
     return env, rows
@@ -211,7 +211,7 @@ def memory_scores(p: Pairs, keep: np.ndarray) -> dict:
     added = np.array([fit_memory(fresh[has & (libs != lib)], pred[has & (libs != lib)])
                       for lib in libs[big]])
     return {"fresh_rss_over_50MB": {
-        "model": folds(np.log(fresh[big] / pred[big])),
+        "n": int(big.sum()), "model": folds(np.log(fresh[big] / pred[big])),
         "with_host_bytes": folds(np.log(fresh[big] / (pred[big] + added)))}}
 
 
@@ -292,7 +292,7 @@ def card_section(figures: dict, about: dict) -> str:
     if "fresh_rss_over_50MB" in real:
         m = real["fresh_rss_over_50MB"]
         lines += [f"Host RSS growth above 50 MB, measured deviceless in a fresh process on "
-                  f"the chip's host ({m['model']['n']} programs): median fold "
+                  f"the chip's host ({m['n']} programs): median fold "
                   f"{m['with_host_bytes']['median_fold']:.2f} (bias "
                   f"{m['with_host_bytes']['bias']:.2f}) with the host's "
                   f"{about.get('rss_added_mb', 0):.0f} MB added, "
