@@ -67,7 +67,7 @@ KIND_COST_BEFORE_XLA = {
 KIND_COST_IN_XLA = {
     "tanh": 1.5, "exponential": 1.5, "transpose": 1.3, "reverse": 1.9, "pad": 5.0,
     "convert": 0.05, "reshape": 0.05, "slice": 0.2, "concatenate": 0.2,
-    "dot_multiply_add": 2.5, "convolution_multiply_add": 0.3,
+    "dot_multiply_add": 2.0, "convolution_multiply_add": 0.25,
 }
 
 
