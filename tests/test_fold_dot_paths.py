@@ -30,6 +30,12 @@ def _einsum(spec, a, b, dtype=jnp.float32, result=None):
                                 preferred_element_type=result) * x
 
 
+def _batch_of_one(lhs_contracting, rhs_contracting):
+    dims = (((lhs_contracting,), (rhs_contracting,)), ((0,), (0,)))
+    return lambda x: lax.dot_general(jnp.asarray(_A).reshape(1, 64, 64),
+                                     jnp.asarray(_B).reshape(1, 64, 64), dims) * x
+
+
 def _conv(x):
     return x * lax.conv_general_dilated(jnp.asarray(_IMAGE), jnp.asarray(_KERNEL), (1, 1),
                                         "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
@@ -71,6 +77,19 @@ def test_a_folded_dot_is_library_flops_only_in_the_plain_form(fn, dtype, element
     feats = _extract(fn, dtype)
     assert feats["fold_ops"] == 1
     assert feats["fold_elements"] == pytest.approx(elements, rel=1e-6)
+    assert feats["fold_dot_flops"] == dot_flops
+
+
+@pytest.mark.parametrize("rhs_contracting, elements, dot_flops", [
+    (1, 0.0, 2 * _CUBE), (2, _CUBE * _MAC, 0.0)])
+def test_a_batch_of_one_is_dropped_before_the_form_is_judged(rhs_contracting, elements,
+                                                            dot_flops):
+    # the tables reshaped to (1, 64, 64), which StableHLO's folders compute (a fiftieth of
+    # a multiply an element): a captured (1, m, k) array, or `[None]`, is lowered as a
+    # broadcast, and a dot of broadcasts does not fold
+    feats = _extract(_batch_of_one(2, rhs_contracting))
+    assert feats["fold_ops"] == 3
+    assert feats["fold_elements"] == pytest.approx(2 * 0.02 * 64 * 64 + elements)
     assert feats["fold_dot_flops"] == dot_flops
 
 

@@ -62,6 +62,12 @@ def forms() -> dict:
         "a @ b.T": ("a@b.T", (4096, 256), (256, 256), "float32", None),
         "conv NHWC 3x3 (1,64,64,64)x(3,3,64,128)": ("conv", (1, 64, 64, 64), (3, 3, 64, 128),
                                                      "float32", None),
+        "conv NHWC 1x1 (1,64,64,256)x(1,1,256,256)": ("conv", (1, 64, 64, 256),
+                                                       (1, 1, 256, 256), "float32", None),
+        # a batch of one, which XLA's BatchDotSimplification drops: the tables reshaped to
+        # (1, m, k) and (1, k, n) (a captured (1, m, k) array is lowered as a broadcast,
+        # and a dot of broadcasts does not fold; so is `[None]`)
+        "one batch bij,bjk->bik": ("batch of one", (4096, 256), (256, 256), "float32", None),
     }
 
 
@@ -70,6 +76,8 @@ def multiply_adds(spec: str, lhs: tuple, rhs: tuple) -> int:
         return int(np.prod(lhs[:3])) * int(np.prod(rhs))
     if spec == "a@b.T":
         spec = "ij,kj->ik"
+    if spec == "batch of one":
+        spec = "ij,jk->ik"
     ins, out = spec.split("->")
     sizes = dict(zip(ins.split(",")[0] + ins.split(",")[1], (*lhs, *rhs)))
     return int(np.prod([sizes[c] for c in set(ins.replace(",", ""))]))
@@ -97,6 +105,9 @@ def build(spec, lhs_shape, rhs_shape, dtype, result, folded: bool):
             right = right * scale
         if spec == "a@b.T":
             out = left @ right.T
+        elif spec == "batch of one":
+            out = jax.lax.dot_general(left.reshape(1, *left.shape), right.reshape(1, *right.shape),
+                                      (((2,), (1,)), ((0,), (0,))))
         elif spec == "conv":
             out = jax.lax.conv_general_dilated(left, right, (1, 1), "SAME",
                                                dimension_numbers=("NHWC", "HWIO", "NHWC"))

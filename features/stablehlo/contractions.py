@@ -157,9 +157,10 @@ def evaluator_library_dot(op, name: str, tensor=tensor) -> bool:
     hlo_evaluator_typed_visitor.h) takes only (m, k) x (k, n) with no batch dimensions,
     one contracting dimension each, in a type it computes as float32. XLA:CPU rewrites
     dots before folding: operands are converted to the result's type (`OperandUpcaster`),
-    and a dot with more than one contracting or free dimension on a side
-    (`DotDecomposer`) becomes a product of (batch, m, k) x (batch, k, n), m or n dropped
-    where it is 1. Convolutions never take the library path.
+    batch dimensions of 1 are dropped (`BatchDotSimplification`), and a dot with more than
+    one contracting or free dimension on a side (`DotDecomposer`) becomes a product of
+    (batch, m, k) x (batch, k, n), m or n dropped where it is 1. Convolutions never take
+    the library path (`bench/archive/fold_dot_paths.py`).
     """
     if name not in ("dot_general", "dot"):
         return False
@@ -170,17 +171,25 @@ def evaluator_library_dot(op, name: str, tensor=tensor) -> bool:
     if name == "dot":  # contracts the lhs's last dimension with the rhs's first
         return len(lhs.shape) == 2 and len(rhs.shape) == 2
     dims = _dot_dims(op)
-    if dims.get("lhs_batching_dimensions"):
+    lhs_batch = dims.get("lhs_batching_dimensions", [])
+    if any(lhs.shape[d] != 1 for d in lhs_batch if d < len(lhs.shape)):
         return False  # a batch dimension stays one through any rewrite
-    lhs_contracting = dims.get("lhs_contracting_dimensions", [])
-    rhs_contracting = dims.get("rhs_contracting_dimensions", [])
-    decomposed = (len(lhs_contracting) != 1 or len(rhs_contracting) != 1
-                  or len(lhs.shape) > 2 or len(rhs.shape) > 2)
-    if not decomposed:  # left as it is
-        return lhs_contracting == [1] and rhs_contracting == [0] and len(lhs.shape) == 2 \
-            and len(rhs.shape) == 2
-    free_lhs = product([n for i, n in enumerate(lhs.shape) if i not in lhs_contracting])
-    free_rhs = product([n for i, n in enumerate(rhs.shape) if i not in rhs_contracting])
+    # batch dimensions of 1 are dropped first (`BatchDotSimplification`)
+    lhs_dims = [d for d in range(len(lhs.shape)) if d not in lhs_batch]
+    rhs_batch = dims.get("rhs_batching_dimensions", [])
+    rhs_dims = [d for d in range(len(rhs.shape)) if d not in rhs_batch]
+    lhs_contracting = [lhs_dims.index(d) for d in dims.get("lhs_contracting_dimensions", [])
+                       if d in lhs_dims]
+    rhs_contracting = [rhs_dims.index(d) for d in dims.get("rhs_contracting_dimensions", [])
+                       if d in rhs_dims]
+    if len(lhs_contracting) == 1 == len(rhs_contracting) and len(lhs_dims) <= 2 \
+            and len(rhs_dims) <= 2:  # left as it is
+        return lhs_contracting == [1] and rhs_contracting == [0] and len(lhs_dims) == 2 \
+            and len(rhs_dims) == 2
+    free_lhs = product([lhs.shape[d] for i, d in enumerate(lhs_dims)
+                        if i not in lhs_contracting])
+    free_rhs = product([rhs.shape[d] for i, d in enumerate(rhs_dims)
+                        if i not in rhs_contracting])
     return free_lhs != 1 and free_rhs != 1
 
 
