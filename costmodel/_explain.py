@@ -44,7 +44,8 @@ QUANTITIES = {
     "largest_constant_bytes": "bytes of the largest captured constant",
     "fold_ops": "ops computed from constants alone while compiling",
     "fold_elements": "elements those constant ops read or write",
-    "fold_dot_flops": "flops of dots computed from constants while compiling",
+    "fold_dot_flops": "flops of plain matrix products computed from constants while "
+                      "compiling (other dots count their multiply-adds in fold_elements)",
     "fold_bytes": "bytes produced from constants while compiling",
     "tensor_max_elements": "elements of the largest array",
     "tensor_sum_elements": "elements of every array, summed",

@@ -10,13 +10,17 @@ constants are multiplied took 14.5 s; here the sum of two 2048x2048 tables added
 captured table inside a nested jit cost an eighth of the same multiply outside it. What is
 left, XLA's constant-folding pass runs through its HLO interpreter: every instruction whose
 operands are constants, or broadcasts of constants with at least one plain constant among
-them, once calls are inlined. It hands dots to a library (a 2048^3 product: about 0.5 s)
-and evaluates elementwise ops many times faster than the StableHLO folders
-(`EVALUATOR_SHARE`). It leaves broadcasts and iotas alone (folding them only grows
-constants), never evaluates random, side-effecting or control-flow ops, and skips an
-instruction whose result or operands exceed 45M elements. Per element, op kinds differ
-(`KIND_COST_*`): converts and reshapes cost nearly nothing in either stage, a transpose
-more than a multiply, a pad (XLA's alone) five multiplies.
+them, once calls are inlined. It hands a plain (m, k) x (k, n) product in a type it
+computes as float32 to a matrix library (a 2048^3 product: about 0.5 s), as it does
+whatever XLA rewrites into one first; any other dot (transposed, batched, matrix-vector,
+float64, integer) it evaluates one multiply-add at a time, 150-250 times slower per flop
+(`contractions.evaluator_library_dot`), and every convolution too, at about an eighth of
+that dot's cost per multiply-add. It evaluates elementwise ops many times faster than the
+StableHLO folders (`EVALUATOR_SHARE`). It leaves broadcasts and iotas alone (folding them
+only grows constants), never evaluates random, side-effecting or control-flow ops, and
+skips an instruction whose result or operands exceed 45M elements. Per element, op kinds
+differ (`KIND_COST_*`): converts and reshapes cost nearly nothing in either stage, a
+transpose more than a multiply, a pad (XLA's alone) five multiplies.
 
 The walk follows constants through calls (a callee folds where its arguments are
 constants at that call site, as after inlining) and into loops (a constant a loop
@@ -55,7 +59,8 @@ EVALUATOR_SHARE = 0.135
 # not named cost what a multiply does. Rounded from two runs of `bench/archive/fold_kinds.py` (jax
 # 0.10.2, 4096x4096 tables): converts, reshapes, slices and concatenates move data for
 # 0.0-0.2 of a multiply; tanh, exp and divide cost 1.5-3 multiplies before XLA but about
-# one in its interpreter, where a pad costs five.
+# one in its interpreter, where a pad costs five. `*_multiply_add`: one multiply-add of a
+# dot or convolution the interpreter evaluates itself (`bench/archive/fold_dot_paths.py`).
 KIND_COST_BEFORE_XLA = {
     "divide": 2.7, "tanh": 2.3, "exponential": 1.8, "transpose": 1.4, "reverse": 0.25,
     "convert": 0.02, "reshape": 0.02, "slice": 0.1, "concatenate": 0.03,
@@ -63,6 +68,7 @@ KIND_COST_BEFORE_XLA = {
 KIND_COST_IN_XLA = {
     "tanh": 1.5, "exponential": 1.5, "transpose": 1.3, "reverse": 1.9, "pad": 5.0,
     "convert": 0.05, "reshape": 0.05, "slice": 0.2, "concatenate": 0.2,
+    "dot_multiply_add": 2.0, "convolution_multiply_add": 0.25,
 }
 
 
@@ -71,10 +77,11 @@ class Folds:
     """What constant folding evaluates: ops, interpreter work, bytes it materializes."""
 
     ops: int = 0
-    # per op but dots and convolutions: elements read or written, weighted by the op's kind
-    # in its stage (`KIND_COST_*`) and, in XLA's interpreter, by `EVALUATOR_SHARE`
+    # per op: elements read or written, weighted by the op's kind in its stage
+    # (`KIND_COST_*`) and, in XLA's interpreter, by `EVALUATOR_SHARE`; a dot or
+    # convolution the interpreter evaluates itself: its multiply-adds, weighted so
     elements: float = 0.0
-    dot_flops: float = 0.0  # dots and convolutions (the interpreter calls a library)
+    dot_flops: float = 0.0  # dots the interpreter hands to its matrix library
     bytes: int = 0
 
     def add(self, other: Folds) -> None:
@@ -89,15 +96,17 @@ class Folds:
                 "fold_dot_flops": self.dot_flops, "fold_bytes": self.bytes}
 
 
-# (op, short name) -> flops of a dot or convolution, None for any other op
-DotFlops = Callable[[object, str], "float | None"]
+# (op, short name) -> (flops, whether the interpreter hands it to its matrix library) of
+# a dot or convolution, None for any other op
+DotFlops = Callable[[object, str], "tuple[float, bool] | None"]
 
 
 class ConstantFolding:
     """Folds of a module's functions, memoized per (function, which arguments are constant).
 
     `tensor` decodes an MLIR type to an object with `.elements` and `.nbytes` (or None);
-    `dot_flops` gives a dot's or convolution's flops (the StableHLO walker's).
+    `dot_flops` gives a dot's or convolution's flops and whether the interpreter calls a
+    library for it (`contractions.dot_flops`).
     """
 
     def __init__(self, funcs: dict, tensor: Callable, dot_flops: DotFlops,
@@ -171,12 +180,18 @@ class ConstantFolding:
                 ins = [self._tensor(value.type) for value in operands]
                 outs = [self._tensor(value.type) for value in results]
                 if _within_limit(ins + outs):
-                    flops = self._dot_flops(op, name)
+                    contraction = self._dot_flops(op, name)
                     before_xla = name not in STABLEHLO_UNFOLDED and all(
                         value in literal for value in operands)
-                    elements = 0.0 if flops is not None else (
-                        elements_touched(ins, outs) * element_cost(name, before_xla))
-                    own = Folds(1, elements, flops or 0.0,
+                    flops = 0.0
+                    if contraction is None:
+                        elements = elements_touched(ins, outs) * element_cost(name, before_xla)
+                    elif contraction[1]:
+                        elements, flops = 0.0, contraction[0]
+                    else:  # one multiply-add at a time
+                        elements = contraction[0] / 2 * element_cost(
+                            f"{name if name == 'convolution' else 'dot'}_multiply_add", False)
+                    own = Folds(1, elements, flops,
                                 sum(info.nbytes for info in outs if info is not None))
                     folds.add(own)
                     if self._on_fold is not None:

@@ -62,8 +62,9 @@ STABLEHLO_FEATURES = (
     "dense_constant_bytes",   # non-splat constants: what constant folding has to chew on
     "largest_constant_bytes",
     "fold_ops",               # ops computed from constants alone, while compiling
-    "fold_elements",          # elements they read or write (XLA's interpreter's: x0.135)
-    "fold_dot_flops",         # but dots and convolutions (library calls): their flops
+    "fold_elements",          # elements they read or write (XLA's interpreter's: x0.135);
+                              # multiply-adds of contractions it evaluates itself
+    "fold_dot_flops",         # flops of the dots it hands to a matrix library
     "fold_bytes",             # bytes of the constants they produce
     "tensor_max_elements",
     "tensor_sum_elements",

@@ -25,12 +25,13 @@ def test_synthetic_corpus_is_large_enough():
     # The real-program families (tests/test_real_corpus.py) come on top of these.
     synthetic = {name: f for name, f in corpus.FAMILIES.items() if not f.library}
     assert len(synthetic) >= 49
-    # constant_fold's sizes are bounded by what XLA's interpreter folds in under ~10 s;
+    # constant_fold's sizes are bounded by what XLA's interpreter folds in under ~10 s
+    # (~25 s for the contractions it evaluates one multiply-add at a time);
     # the calibration set is what `costmodel calibrate` times, a minute in all; a tree
     # search of 16 stages compiles in tens of seconds; a complex recurrence's gradient of
     # 256 steps took 50 s, and longer ones time out
     small = {name: len(f.grid) for name, f in synthetic.items() if len(f.grid) < 50}
-    assert small == {"constant_fold": 27, "calibration_set": 5, "tree_search": 20,
+    assert small == {"constant_fold": 41, "calibration_set": 5, "tree_search": 20,
                      "complex_recurrence": 40}
     assert 2950 <= sum(len(f.grid) for f in synthetic.values()) <= 3050
 

@@ -140,13 +140,67 @@ def convolution(op, site) -> None:
     site.tally.layout_transposes += transposes
 
 
+# Element types XLA's interpreter multiplies as float32, with its matrix library (the
+# 8-bit floats, f8E..., too)
+_LIBRARY_DTYPES = frozenset({"f32", "bf16", "f16"})
+
+
+def _library_dtype(dtype: str) -> bool:
+    return dtype in _LIBRARY_DTYPES or dtype.startswith("f8E")
+
+
+def evaluator_library_dot(op, name: str, tensor=tensor) -> bool:
+    """Whether XLA's HLO interpreter, folding this dot of constants, hands it to its matrix
+    library rather than evaluating it one multiply-add at a time.
+
+    The interpreter's library path (`HandleDot`, xla/hlo/evaluator/
+    hlo_evaluator_typed_visitor.h) takes only (m, k) x (k, n) with no batch dimensions,
+    one contracting dimension each, in a type it computes as float32. XLA:CPU rewrites
+    dots before folding: operands are converted to the result's type (`OperandUpcaster`),
+    batch dimensions of 1 are dropped (`BatchDotSimplification`), and a dot with more than
+    one contracting or free dimension on a side (`DotDecomposer`) becomes a product of
+    (batch, m, k) x (batch, k, n), m or n dropped where it is 1. Convolutions never take
+    the library path (`bench/archive/fold_dot_paths.py`).
+    """
+    if name not in ("dot_general", "dot"):
+        return False
+    lhs, rhs, out = (tensor(value.type) for value in (*op.operands[:2], op.results[0]))
+    if lhs is None or rhs is None or out is None or not all(
+            _library_dtype(info.dtype) for info in (lhs, rhs, out)):
+        return False
+    if name == "dot":  # contracts the lhs's last dimension with the rhs's first
+        return len(lhs.shape) == 2 and len(rhs.shape) == 2
+    dims = _dot_dims(op)
+    lhs_batch = dims.get("lhs_batching_dimensions", [])
+    if any(lhs.shape[d] != 1 for d in lhs_batch if d < len(lhs.shape)):
+        return False  # a batch dimension stays one through any rewrite
+    # batch dimensions of 1 are dropped first (`BatchDotSimplification`)
+    lhs_dims = [d for d in range(len(lhs.shape)) if d not in lhs_batch]
+    rhs_batch = dims.get("rhs_batching_dimensions", [])
+    rhs_dims = [d for d in range(len(rhs.shape)) if d not in rhs_batch]
+    lhs_contracting = [lhs_dims.index(d) for d in dims.get("lhs_contracting_dimensions", [])
+                       if d in lhs_dims]
+    rhs_contracting = [rhs_dims.index(d) for d in dims.get("rhs_contracting_dimensions", [])
+                       if d in rhs_dims]
+    if len(lhs_contracting) == 1 == len(rhs_contracting) and len(lhs_dims) <= 2 \
+            and len(rhs_dims) <= 2:  # left as it is
+        return lhs_contracting == [1] and rhs_contracting == [0] and len(lhs_dims) == 2 \
+            and len(rhs_dims) == 2
+    free_lhs = product([lhs.shape[d] for i, d in enumerate(lhs_dims)
+                        if i not in lhs_contracting])
+    free_rhs = product([rhs.shape[d] for i, d in enumerate(rhs_dims)
+                        if i not in rhs_contracting])
+    return free_lhs != 1 and free_rhs != 1
+
+
 def dot_flops(tensor):
-    """Flops of a dot or convolution op, None for other ops (for `ConstantFolding`)."""
-    def flops(op, name: str) -> float | None:
+    """(flops, whether XLA's interpreter hands it to a matrix library) of a dot or
+    convolution op, None for other ops (for `ConstantFolding`)."""
+    def flops(op, name: str) -> tuple[float, bool] | None:
         if name in ("dot_general", "dot"):
-            return dot_stats(op, tensor)[0]
+            return dot_stats(op, tensor)[0], evaluator_library_dot(op, name, tensor)
         if name == "convolution":
-            return conv_stats(op, tensor)[0]
+            return conv_stats(op, tensor)[0], False
         return None
 
     return flops

@@ -48,17 +48,23 @@ def build_constants(size: int, count: int, mode: str) -> tuple[Callable, tuple]:
     return fn, (sds((size,)),)
 
 
+_FOLD_MODES = ("elementwise", "matmul", "transposed", "batched")
+
+
 def build_constant_fold(side: int, ops: int, mode: str) -> tuple[Callable, tuple]:
     """Work XLA does while compiling: ``ops`` steps computed from two captured (side, side)
     float32 tables alone, then applied to the input, so constant folding evaluates them.
 
     Args:
         mode: "elementwise" (sine, product with the other table, exponential in turn:
-            the interpreter's element loops) or "matmul" (matrix products of the tables,
-            which the interpreter hands to a library).
+            the interpreter's element loops), "matmul" (matrix products of the tables,
+            which the interpreter hands to a library), "transposed" (products contracting
+            both tables' last dimensions, ``"ij,kj->ik"``) or "batched" (the tables as 4
+            blocks of half their side, multiplied block by block): the interpreter
+            evaluates those two one multiply-add at a time.
     """
-    if mode not in ("elementwise", "matmul"):
-        raise ValueError(f"mode must be 'elementwise' or 'matmul', got {mode!r}")
+    if mode not in _FOLD_MODES:
+        raise ValueError(f"mode must be one of {_FOLD_MODES}, got {mode!r}")
     rng = np.random.default_rng(side * 1_000_003 + ops)
     a, b = (rng.standard_normal((side, side)).astype(np.float32) / side for _ in range(2))
 
@@ -67,6 +73,12 @@ def build_constant_fold(side: int, ops: int, mode: str) -> tuple[Callable, tuple
         for step in range(ops):
             if mode == "matmul":
                 table = table @ other
+            elif mode == "transposed":
+                table = jnp.einsum("ij,kj->ik", table, other)
+            elif mode == "batched":
+                half = (4, side // 2, side // 2)
+                table = jnp.einsum("bij,bjk->bik", table.reshape(half),
+                                   other.reshape(half)).reshape(side, side)
             else:
                 table = (jnp.sin(table), table * other, jnp.exp(-table))[step % 3]
         return x @ table
@@ -190,16 +202,18 @@ register(
     Family(
         name="constant_fold",
         description="Steps computed from captured tables alone (side, ops), elementwise or "
-                    "as matrix products: XLA evaluates them while compiling.",
+                    "as matrix products (plain, transposed or batched): XLA evaluates them "
+                    "while compiling.",
         build=build_constant_fold,
         # elementwise steps cost ~0.5 us per element each here (1024^2 tables: +0.5 s);
-        # a 1024^3 matrix product +0.3 s
+        # a 1024^3 matrix product +0.3 s, transposed ~20 s (~18 ns a multiply-add)
         grid=param_grid(
             side=(128, 512, 1024, 2048, 3072, 4096),
             ops=(1, 3, 9),
-            mode=("elementwise", "matmul"),
+            mode=_FOLD_MODES,
             where=lambda p: p["side"] ** 2 * p["ops"] <= 40_000_000
-            and (p["mode"] == "elementwise" or p["side"] <= 2048),
+            and (p["mode"] == "elementwise" or p["side"] <= 2048)
+            and (p["mode"] in ("elementwise", "matmul") or p["side"] ** 3 * p["ops"] <= 1.25e9),
         ),
     )
 )
