@@ -103,6 +103,11 @@ def pairs(counts: Path) -> pd.DataFrame:
     held = held[(held["split"] == "leave_library_out") & (held["model"] == "costmodel")
                 & (held["target"] == "compile_seconds")]
     p = p.merge(held[["key", "actual", "point"]], on="key", how="left")
+    twins = single[["key", "family", "params"]].merge(held[["key", "actual", "point"]],
+                                                      on="key")
+    p = p.merge(twins.drop(columns="key").rename(columns={
+                    "params": "base", "point": "point_one", "actual": "actual_one"}),
+                on=["family", "base"], how="left")
     p["model_error"] = np.log(p["actual"] / p["point"])
     for name, (num, den) in DERIVED.items():
         p[name] = p[num] / p[den].clip(lower=1)
@@ -123,6 +128,13 @@ def score(counts: Path) -> None:
         h = p[c].corr(p["hlo_collectives"], method="spearman")
         print(f"{c:22s} Spearman: ratio residual {r:+.3f}, model error {m:+.3f}, "
               f"compiled collectives {h:+.3f}")
+    within = {f"{t} {s}": np.corrcoef(np.log1p(g["reshards"]), g["ratio"])[0, 1]
+              for (t, s), g in p.groupby(["target", "sharding"])}
+    print("log(1 + reshards) against the ratio within each topology and strategy (Pearson):",
+          ", ".join(f"{k} {v:+.2f}" for k, v in within.items()))
+    families = p.groupby("family")["residual"].median().sort_values()
+    print("ratio residual by family (median):", ", ".join(
+        f"{k} {v:+.2f}" for k, v in pd.concat([families.head(2), families.tail(2)]).items()))
     by_program = p.groupby(["family", "base"])["residual"].transform("mean")
     share = 1 - ((p["residual"] - by_program) ** 2).mean() / p["residual"].var(ddof=0)
     print(f"share of the residual's variance between programs: {share:.2f}")
@@ -147,8 +159,24 @@ def score(counts: Path) -> None:
             fit = Ridge(alpha=1.0).fit(p.loc[~test, cols], p["ratio"][~test])
             predicted[test] = fit.predict(p.loc[test, cols])
         fold = np.exp(np.abs(predicted - p["ratio"]))
+        # the model's held-out prediction of the one-chip twin times the predicted ratio
+        two = np.exp(np.abs(np.log(p["actual"] / (p["point_one"] * np.exp(predicted)))))
         print(f"ratio, library held out, {name:24s} median fold {np.median(fold):.3f} "
-              f"p90 {np.percentile(fold, 90):.3f}")
+              f"p90 {np.percentile(fold, 90):.3f}; twin's prediction x ratio: median fold "
+              f"{np.median(two):.3f} p90 {np.percentile(two, 90):.3f}")
+    model_fold = np.exp(np.abs(p["model_error"]))
+    print(f"the model on the sharded rows: median fold {np.median(model_fold):.3f} p90 "
+          f"{np.percentile(model_fold, 90):.3f}; on their one-chip twins: median fold "
+          f"{np.median(np.exp(np.abs(np.log(p['actual_one'] / p['point_one'])))):.3f}")
+    twin = p.pivot_table(index=["family", "base", "sharding"], columns="target",
+                         values="residual").dropna()
+    gap = twin["v5e:2x2"] - twin["v5e:4x4"]
+    gap = np.abs(gap - gap.median()).median()
+    # the two share their one-chip twin: the gap is their own noise and the topologies'
+    print(f"ratio residual, v5e:2x2 against v5e:4x4 of one program and strategy: "
+          f"correlation {twin.corr().iloc[0, 1]:.2f} (n={len(twin)}), median |gap| "
+          f"{gap:.2f}: a sharded label's own noise at most a median fold of "
+          f"{np.exp(gap / np.sqrt(2)):.2f}")
 
 
 def model(counts: Path, extra: list[str]) -> None:
@@ -174,10 +202,10 @@ def model(counts: Path, extra: list[str]) -> None:
     rows = fit.select_rows(dataset.load([ROWS]), "tpu", "v5e")
     flow = pd.read_json(counts, lines=True).drop(columns=["flow_seconds"])
     rows = rows.merge(flow, on="key", how="left")
-    for name, (num, den) in DERIVED.items():
-        rows[name] = rows[num] / rows[den].where(rows[den] > 0)
-    rows[list(flow.columns[1:]) + list(DERIVED)] = rows[
-        list(flow.columns[1:]) + list(DERIVED)].fillna(0.0)  # one chip: nothing split
+    rows = rows.assign(**{name: rows[num] / rows[den].where(rows[den] > 0)
+                          for name, (num, den) in DERIVED.items()})
+    counted = [*flow.columns[1:], *DERIVED]
+    rows[counted] = rows[counted].fillna(0.0)  # one chip: nothing split
     held = with_keys(predictions(rows, "leave_library_out", models=("costmodel",),
                                  params=fit.model_params("tpu")), rows)
     print("placement inputs:", ", ".join(names))
