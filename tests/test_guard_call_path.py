@@ -95,7 +95,11 @@ def test_both_paths_warn_over_budget_once_and_compute_the_program():
         out = guarded(X, W)
     np.testing.assert_allclose(out, jax.jit(f)(X, W), rtol=1e-6)
     guarded(X, W)  # no second warning: pytest's filterwarnings makes one an error
-    raising = costmodel.jit(f, budget_seconds=1e-6, on_exceed="raise")
+
+    def g(x, w):  # a new function: jax has compiled nothing of it
+        return layers(x, w)
+
+    raising = costmodel.jit(g, budget_seconds=1e-6, on_exceed="raise")
     _, counts = EVENTS.during(lambda: pytest.raises(
         costmodel.CompileBudgetExceeded, raising, X, W))
     assert counts[COMPILE] == 0
