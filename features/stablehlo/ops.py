@@ -132,10 +132,10 @@ HANDLERS = {
 
 def dense_bytes(op, info) -> int:
     """Bytes a constant op materializes: 0 for a splat, a scalar or no tensor."""
-    from jax._src.lib.mlir import ir
-
     if info is None or info.elements <= 1:
         return 0
+    from jax._src.lib.mlir import ir
+
     try:
         splat = ir.DenseElementsAttr(op.attributes["value"]).is_splat
     except (ValueError, TypeError):

@@ -92,6 +92,7 @@ class Walker:
         longest = 0
         ids, key_of, kinds, decoded = self._ids, self._key, self._kinds, self._results
         uses = tally.uses
+        used = uses.get  # a Counter's `+=` on a new key goes through Python (`__missing__`)
         of_kind: dict = {}  # OpKind -> ops of this block of that kind
         of_types: dict = {}  # Results -> ops of this block with those result types
         records = self.ops[block] = []
@@ -114,7 +115,8 @@ class Walker:
                     self._last_key -= 1
                     key = ids[value] = self._last_key
                 results.append(key)
-            types = tuple([result.type for result in result_values])
+            types = (result_values[0].type,) if len(result_values) == 1 else \
+                tuple([result.type for result in result_values])
             res = decoded.get(types)
             if res is None:
                 res = self._decode(types)
@@ -142,7 +144,7 @@ class Walker:
                 continue
             before = 0
             for operand in operands:
-                uses[operand] += 1
+                uses[operand] = used(operand, 0) + 1
                 chain = chain_to.get(operand, 0)
                 if chain > before:
                     before = chain
