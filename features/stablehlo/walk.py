@@ -21,6 +21,9 @@ INLINE_FACTOR = 64
 INLINE_FLOOR = 20_000
 
 
+_UNSET = object()
+
+
 class InliningBudgetExceeded(Exception):
     """Fusing calls in place would visit more ops than `Walker.inline_budget`."""
 
@@ -352,10 +355,19 @@ class Walker:
                 operands[index] = fusions.layout_copy(
                     operands[index], layout, rank([self.tensor(operand_type)]),
                     self._type_text(operand_type))
-        weight = self._weight(kind, res, op, operand_values) if kind.fusible else None
+        if not kind.fusible:
+            weight = None
+        elif self.xla_cpu and name in OPERAND_WEIGHTED:
+            weight = self._weight(kind, res, op, operand_values)
+        else:  # `_weight`'s lookup by result types, without the call
+            weight = res.weights.get(name, _UNSET)
+            if weight is _UNSET:
+                weight = self._weight(kind, res, op, operand_values)
         key = None
         if weight is not None or (name == "constant" and res.small):
-            key = (name, self._attributes(op), res.texts)
+            attributes = op.attributes
+            key = (name, self._attributes(op, attributes) if len(attributes) else (),
+                   res.texts)
             # XLA's CSE merges equal ops before it fuses (JAX writes a constant and its
             # broadcast for every scalar operand)
             if has_regions is None:
@@ -364,13 +376,11 @@ class Walker:
                 return
         fusions.visit(operands, results, name, weight, res.rank, key, reads)
 
-    def _attributes(self, op) -> tuple:
-        """An op's attributes as text, to compare ops by (the bindings cannot hand out some,
-        e.g. a complex constant's value: then the op's printed form without its values'
-        names). MLIR uniques attributes: each is printed once."""
-        attributes = op.attributes
-        if not len(attributes):
-            return ()
+    def _attributes(self, op, attributes) -> tuple:
+        """An op's attributes (`op.attributes`, not empty) as text, to compare ops by (the
+        bindings cannot hand out some, e.g. a complex constant's value: then the op's
+        printed form without its values' names). MLIR uniques attributes: each is printed
+        once."""
         texts = self._attribute_texts
         out = []
         try:
