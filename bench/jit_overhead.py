@@ -19,7 +19,9 @@ the machine.
 Usage:
     python bench/jit_overhead.py --json bench/results/jit_overhead.json [--only warm|first]
 
-With `--only`, the other part of an existing `--json` file is kept.
+With `--only`, the other part of an existing `--json` file is kept. `--trace-hook` times
+the guard's fallback (it predicts in a trace of its own, from a lowering of its own: what
+it does where jax's internals differ from the version it is pinned to).
 """
 
 from __future__ import annotations
@@ -172,11 +174,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="first calls of each jit")
     parser.add_argument("--only", choices=("warm", "first"), help="measure one part")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--trace-hook", action="store_true",
+                        help="time the guard's fallback path")
     args = parser.parse_args(argv)
+    if args.trace_hook:
+        from costmodel import _guard
+
+        _guard._jit_with_miss = lambda *_: None
     old = {}
     if args.json and args.only and Path(args.json).exists():
         old = json.loads(Path(args.json).read_text())
     results = {
+        "guard_path": "trace hook" if args.trace_hook else "call path",
         "warm_call": measure_warm(args.rounds) if args.only != "first"
         else old.get("warm_call"),
         "first_call": measure_first_call(args.repeats) if args.only != "warm"
