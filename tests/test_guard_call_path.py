@@ -148,3 +148,20 @@ def test_a_signature_within_budget_is_predicted_once(monkeypatch):
                                    np.sin(np.ones(3)) * 2.0 * scale, rtol=1e-6)
     guarded(jnp.ones(3))
     assert len(lowered) == 1
+
+
+def test_a_function_jax_calls_through_python_each_time_is_predicted_once(monkeypatch, capfd):
+    # an effect (a debug print) keeps jax off its C++ fast path: every call is a miss
+    lowered = []
+    real = _guard.lower
+    monkeypatch.setattr(_guard, "lower", lambda *a, **k: lowered.append(1) or real(*a, **k))
+
+    def f(x):
+        jax.debug.print("first {}", x[0])
+        return x * 2.0
+
+    guarded = costmodel.jit(f, budget_seconds=60)
+    for _ in range(3):
+        np.testing.assert_allclose(guarded(jnp.ones(3)), 2.0 * np.ones(3))
+    assert capfd.readouterr().out.count("first 1.0") == 3
+    assert len(lowered) == 1
