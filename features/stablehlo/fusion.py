@@ -98,7 +98,8 @@ class Fusions:
         self._count += 1
         producer_of, constants, signatures = self._producer, self._constants, self._signature
         producers = [producer_of.get(operand) for operand in operands]
-        read_constants = [producer for producer in producers if producer in constants]
+        read_constants = () if constants.isdisjoint(producers) else \
+            [producer for producer in producers if producer in constants]
         signatures[position] = (name, signature, tuple(
             [signatures.get(producer) for producer in read_constants])
             if read_constants else ())

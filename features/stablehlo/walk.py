@@ -112,11 +112,9 @@ class Walker:
             operands = [ids.get(v) or key_of(v) for v in operand_values]
             result_values = list(op.results)
             results = []
-            for value in result_values:  # `_key`, for values defined here
-                key = ids.get(value)
-                if key is None:
-                    self._last_key -= 1
-                    key = ids[value] = self._last_key
+            for value in result_values:  # a new key: SSA defines a value before any use
+                self._last_key -= 1
+                key = ids[value] = self._last_key
                 results.append(key)
             types = (result_values[0].type,) if len(result_values) == 1 else \
                 tuple([result.type for result in result_values])
