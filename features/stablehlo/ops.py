@@ -117,7 +117,7 @@ def _custom_call(op, site: Site) -> None:
 
 def _constant(op, site: Site) -> None:
     site.tally.constants += 1
-    size = dense_bytes(op, site.tensor(op.results[0].type))
+    size = dense_bytes(op, site.tensor(op.result.type))
     if size:
         site.tally.dense_constant_bytes += size
         site.tally.largest_constant = max(site.tally.largest_constant, size)

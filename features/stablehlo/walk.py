@@ -306,9 +306,10 @@ class Walker:
     def _dot(self, op, operand_values: list, types: tuple) -> tuple:
         """(`dot_stats`, `transposed_dot_operands`) of a dot, once per dimension numbers
         and types: what they read of the op."""
-        attributes = op.attributes
-        dims = attributes["dot_dimension_numbers"] \
-            if "dot_dimension_numbers" in attributes else None
+        try:
+            dims = op.attributes["dot_dimension_numbers"]
+        except KeyError:  # a stablehlo.dot
+            dims = None
         key = (dims, *[value.type for value in operand_values[:2]], types[:1])
         found = self._dots.get(key)
         if found is None:
