@@ -6,15 +6,18 @@ interleaved, median of 5 (compile: median of 2). Reports each program's StableHL
 count, predict/(trace+lower) and, for programs compiling in 5 s or more, predict/compile;
 then the median ratio over the programs.
 
-    python bench/predict_overhead.py [--quick] [--no-compile] [--out FILE]
+    python bench/predict_overhead.py [--quick] [--no-compile] [--out FILE] [--json FILE]
 
 `--quick` skips the ~2-minute grad compile; `--no-compile` skips every compile (the
 ratio to trace+lower alone, e.g. beside a timing sweep); `--out` also writes the table
-to FILE (`bench/results/predict_overhead.txt`).
+to FILE (`bench/results/predict_overhead.txt`), `--json` the rows and the median ratio
+(`bench/results/predict_overhead.json`).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
 import sys
 import time
@@ -58,8 +61,10 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def main(quick: bool = False, compile_too: bool = True, out: str | None = None) -> None:
+def main(quick: bool = False, compile_too: bool = True, out: str | None = None,
+         json_out: str | None = None) -> None:
     lines: list[str] = []
+    rows: list[dict] = []
 
     def print(line: str = "", **_) -> None:  # the table, to stdout and kept for `out`
         lines.append(line)
@@ -83,15 +88,26 @@ def main(quick: bool = False, compile_too: bool = True, out: str | None = None) 
             timed(lambda: jax.jit(make()).trace(*args).lower().compile()) for _ in range(2)
         ) if compile_too else float("nan")
         share = f"{pr / comp:.1%}" if comp >= 5 else "-"
+        rows.append({"program": name, "ops": int(ops), "trace_lower_s": round(lo, 5),
+                     "predict_s": round(pr, 5), "ratio": round(pr / lo, 3),
+                     "compile_s": round(comp, 3) if compile_too else None})
         shown = f"{comp:>9.2f}s" if compile_too else f"{'-':>10}"
         print(f"{name:<22}{ops:>7.0f}{lo:>11.3f}s{pr:>9.3f}s{pr / lo:>7.2f}{shown}{share:>13}",
               flush=True)
     print(f"median ratio predict / trace+lower: {statistics.median(ratios):.2f}")
     if out:
         Path(out).write_text("\n".join(lines) + "\n")
+    if json_out:
+        Path(json_out).write_text(json.dumps({
+            "quick": quick, "compile": compile_too, "programs": rows,
+            "median_ratio": round(statistics.median(ratios), 3)}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
-    argv = sys.argv[1:]
-    main(quick="--quick" in argv, compile_too="--no-compile" not in argv,
-         out=argv[argv.index("--out") + 1] if "--out" in argv else None)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="skip the grad program")
+    parser.add_argument("--no-compile", action="store_true", help="time no compile")
+    parser.add_argument("--out", help="also write the table here")
+    parser.add_argument("--json", help="also write the rows here, as JSON")
+    args = parser.parse_args()
+    main(quick=args.quick, compile_too=not args.no_compile, out=args.out, json_out=args.json)

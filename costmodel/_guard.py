@@ -48,9 +48,12 @@ def _signature(args: tuple, kwargs: dict, static: set[int], static_names: set[st
 class GuardedJit:
     """A jitted function that checks its predicted compile time on each new signature.
 
-    JAX calls the Python function it jits only on its own cache miss, to trace it. The
-    guard lives there: `costmodel.jit` hands out jax's own jitted function, so a warm call
-    runs no Python of ours, and a new signature is advised on once, before the compile.
+    `costmodel.jit` hands out a jax jitted function (jax's own C++ call path, so a warm
+    call runs no Python of ours) whose cache miss predicts before calling jax's own miss.
+    The prediction traces and lowers through the same `jax.jit(fun)`, and jax caches both
+    by that trace, so the compile that follows reuses them: what the guard adds is the
+    feature walk and the model. Where this jax lacks the pieces of that call path, the
+    guard predicts in the trace of a jit of its own instead (`_on_trace`).
     """
 
     def __init__(self, fun, budget_seconds: float, on_exceed: str, backend: str | None,
@@ -59,16 +62,7 @@ class GuardedJit:
 
         if on_exceed not in ("warn", "raise"):
             raise ValueError(f"on_exceed must be 'warn' or 'raise', not {on_exceed!r}")
-        # What prediction and advice trace and lower. The traced jit then calls it, and
-        # JAX reuses that trace (its cache) and inlines it: the user's function is traced
-        # once per signature, the compile is of the program jax.jit(fun) would compile.
-        self._plain = jax.jit(fun, **{**jit_kwargs, "inline": True})
         self._fun = fun
-        @functools.wraps(fun)  # jax reads the signature (static_argnames) through it
-        def traced(*args: Any, **kwargs: Any):
-            return self._on_trace(*args, **kwargs)
-
-        self._jitted = jax.jit(traced, **jit_kwargs)
         self._budget = check_budget(budget_seconds, "budget_seconds")
         self._on_exceed = on_exceed
         self._backend, self._target = backend, target
@@ -76,8 +70,24 @@ class GuardedJit:
         names = jit_kwargs.get("static_argnames", ()) or ()
         self._static = {nums} if isinstance(nums, int) else set(nums)
         self._static_names = {names} if isinstance(names, str) else set(names)
-        self._checked: dict = {}  # signature -> Advice
+        self._checked: dict = {}  # signature -> Advice, over budget
+        self._fits: set = set()   # signatures predicted within budget
         self._stages: dict = {}   # signature -> Stage, while its advice may be asked for
+        # What prediction and advice trace and lower: the jit whose trace and lowering
+        # jax's own cache miss then reuses.
+        self._plain = jax.jit(fun, **jit_kwargs)
+        self._jitted = _jit_with_miss(self._plain, self._on_miss)
+        if self._jitted is None:
+            # The trace of `traced` calls an inlined jit of `fun`: jax reuses the
+            # prediction's trace of it (its cache), so the user's function is traced
+            # once per signature and the compile is of the program jax.jit(fun) compiles.
+            self._plain = jax.jit(fun, **{**jit_kwargs, "inline": True})
+
+            @functools.wraps(fun)  # jax reads the signature (static_argnames) through it
+            def traced(*args: Any, **kwargs: Any):
+                return self._on_trace(*args, **kwargs)
+
+            self._jitted = jax.jit(traced, **jit_kwargs)
 
     def check(self, *args: Any, **kwargs: Any) -> Advice:
         """Predict and advise on the compile for these arguments, without compiling."""
@@ -97,12 +107,15 @@ class GuardedJit:
         """None within budget; else the advice (only "keep" when advice itself fails).
         Within budget no advice is computed: that is the first call's whole overhead."""
         key = _signature(args, kwargs, self._static, self._static_names)
+        if key in self._fits:
+            return None
         if key in self._checked:
             advice = self._checked[key]
             return advice if advice.prediction.compile_seconds > self._budget else None
         prediction = self._stage(key, args, kwargs).predict(self._backend, self._target)
         if not prediction.compile_seconds > self._budget:
             self._stages.pop(key, None)  # keeps nothing of a program that fits
+            self._fits.add(key)
             return None
         try:
             return self.check(*args, **kwargs)
@@ -115,6 +128,24 @@ class GuardedJit:
                 f"Predicted compile ≈ {_fmt_seconds(prediction.compile_seconds)} exceeds "
                 f"your budget of {_fmt_seconds(self._budget)} (no advice: it failed)."))
             return self._checked[key]
+
+    def _on_miss(self, jax_miss, args: tuple, kwargs: dict):
+        """jax's cache miss for these arguments (trace, lower, compile, run), predicted
+        first. Arguments are arrays, or tracers when called inside another trace."""
+        try:
+            over = self._over_budget(args, kwargs)
+        except Exception as exc:  # a failure of ours must never stop the user's program
+            # jax's miss first: an error of the user's own reaches them as from jax.jit
+            result = jax_miss(*args, **kwargs)
+            warnings.warn(f"costmodel could not predict the compile of {_name(self._fun)}, "
+                          f"compiling it unchecked: {type(exc).__name__}: {exc}",
+                          CompileGuardWarning, stacklevel=3)
+            return result
+        if over is not None:
+            if self._on_exceed == "raise":
+                raise CompileBudgetExceeded(over)
+            warnings.warn(str(over), CompileBudgetWarning, stacklevel=3)
+        return jax_miss(*args, **kwargs)
 
     def _on_trace(self, *args: Any, **kwargs: Any):
         # Traced arguments become their shapes; static ones come as the values they are.
@@ -135,10 +166,40 @@ class GuardedJit:
         return self._plain(*args, **kwargs)
 
     def jitted(self):
-        """The jax.jit function users call: its own call path, `check` and `guard` added."""
+        """The jax jitted function users call: its own call path, `check` and `guard` added."""
         self._jitted.check = self.check
         self._jitted.guard = self
         return self._jitted
+
+
+def _jit_with_miss(jitted, on_miss):
+    """A jitted function like `jitted` (jax's C++ call path, `jitted`'s trace and
+    lowering caches) whose cache misses call `on_miss(jax_miss, args, kwargs)`, with a
+    C++ cache of its own; None where this jax builds jitted functions otherwise.
+
+    This follows how `jax.jit` builds its function (`jax._src.pjit._cpp_pjit`), which
+    is not public API: jax is pinned to a minor version, and any mismatch gives None.
+    """
+    try:
+        from jax._src import pjit, tree_util
+        from jax._src.interpreters import pxla
+        from jax._src.lib import _jax
+
+        jax_miss, info, fun = jitted._cache_miss, jitted._jit_info, jitted._fun
+
+        def cache_miss(*args: Any, **kwargs: Any):
+            return on_miss(jax_miss, args, kwargs)
+
+        # one function in a cache of its own: a signature jax compiled for another jit
+        # of the same function is still predicted before this one's first call of it
+        guarded = _jax.pjit(pjit.fun_name(fun), fun, cache_miss, info.static_argnums,
+                            info.static_argnames, (), tree_util.dispatch_registry,
+                            pxla.cc_shard_arg, pjit.make_jit_cpp_cache(4))
+        guarded = functools.wraps(fun)(guarded)
+        guarded._fun, guarded._jit_info = fun, info  # what .trace and .lower read
+    except Exception:  # any mismatch of jax's internals: the caller falls back
+        return None
+    return guarded if type(guarded) is type(jitted) else None
 
 
 def _name(fun) -> str:

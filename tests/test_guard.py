@@ -132,9 +132,9 @@ def test_guard_within_budget_does_no_advice_work(monkeypatch):
 
 
 def test_a_first_call_within_budget_traces_the_function_once_as_jax_jit_does():
-    """The prediction traces the function; the guarded jit reuses that trace (JAX's trace
-    cache) and inlines it, so the user's code runs once and the compiled program is the
-    one jax.jit(f) compiles."""
+    """The prediction traces the function; jax's own cache miss then reuses that trace
+    (its trace cache), so the user's code runs once and the compiled program is the one
+    jax.jit(f) compiles."""
     traced = []
 
     def f(x, w):

@@ -23,6 +23,9 @@ class _LayoutCopy:
     __slots__ = ()
 
 
+_NONE: frozenset = frozenset()  # no users, no fusion: read, never changed
+
+
 class Fusions:
     """XLA-like loop fusion of one block, from its consumers up.
 
@@ -95,7 +98,8 @@ class Fusions:
         self._count += 1
         producer_of, constants, signatures = self._producer, self._constants, self._signature
         producers = [producer_of.get(operand) for operand in operands]
-        read_constants = [producer for producer in producers if producer in constants]
+        read_constants = () if constants.isdisjoint(producers) else \
+            [producer for producer in producers if producer in constants]
         signatures[position] = (name, signature, tuple(
             [signatures.get(producer) for producer in read_constants])
             if read_constants else ())
@@ -249,9 +253,10 @@ class Fusions:
             groups.append([0, 0.0, 0, [], set()])
             return len(groups) - 1
 
+        users_of, ranks, signatures = self._users, self._rank, self._signature
         for position in sorted(self._fusible, reverse=True):
             weight, cheap, indexing, unary, single_use = self._fusible[position]
-            every_user = self._users.get(position, set())
+            every_user = users_of.get(position, _NONE)
             users = every_user - dead if dead else every_user
             if not users and (position in self._bypassed or every_user):
                 dead.add(position)
@@ -281,16 +286,19 @@ class Fusions:
             # scalars, 0.24 / 0.66 s over shape (1,), 0.42 / 1.05 s over (512,);
             # `bench/archive/scalar_fusions.py`). Unrolled solvers, simulations and message
             # passing build big scalar fusions (jax-md's unrolled gradient: 588 ops).
-            cost = 0.0 if self._rank[position] == 0 else weight
+            cost = 0.0 if ranks[position] == 0 else weight
+            instruction = weight > 0  # a bitcast is no instruction
+            signature = signatures[position]
             for fusion in targets:
-                groups[fusion][0] += weight > 0  # a bitcast is no instruction
-                groups[fusion][1] += cost
-                groups[fusion][2] += indexing
-                groups[fusion][3].append(self._signature[position])
+                group = groups[fusion]
+                group[0] += instruction
+                group[1] += cost
+                group[2] += indexing
+                group[3].append(signature)
+        arrays_read = self._arrays_read
         for position, targets in fusion_of.items():
-            for array in self._arrays_read.get(position, ()):
-                outside = targets - fusion_of.get(array, set())
-                for fusion in outside:
+            for array in arrays_read.get(position, ()):
+                for fusion in targets - fusion_of.get(array, _NONE):
                     groups[fusion][4].add(array)
         texts: dict = {}  # signature -> its repr (ops repeat a few signatures)
 

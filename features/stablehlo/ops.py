@@ -117,7 +117,7 @@ def _custom_call(op, site: Site) -> None:
 
 def _constant(op, site: Site) -> None:
     site.tally.constants += 1
-    size = dense_bytes(op, site.tensor(op.results[0].type))
+    size = dense_bytes(op, site.tensor(op.result.type))
     if size:
         site.tally.dense_constant_bytes += size
         site.tally.largest_constant = max(site.tally.largest_constant, size)
@@ -132,10 +132,10 @@ HANDLERS = {
 
 def dense_bytes(op, info) -> int:
     """Bytes a constant op materializes: 0 for a splat, a scalar or no tensor."""
-    from jax._src.lib.mlir import ir
-
     if info is None or info.elements <= 1:
         return 0
+    from jax._src.lib.mlir import ir
+
     try:
         splat = ir.DenseElementsAttr(op.attributes["value"]).is_splat
     except (ValueError, TypeError):

@@ -21,6 +21,9 @@ INLINE_FACTOR = 64
 INLINE_FLOOR = 20_000
 
 
+_UNSET = object()
+
+
 class InliningBudgetExceeded(Exception):
     """Fusing calls in place would visit more ops than `Walker.inline_budget`."""
 
@@ -92,6 +95,7 @@ class Walker:
         longest = 0
         ids, key_of, kinds, decoded = self._ids, self._key, self._kinds, self._results
         uses = tally.uses
+        used = uses.get  # a Counter's `+=` on a new key goes through Python (`__missing__`)
         of_kind: dict = {}  # OpKind -> ops of this block of that kind
         of_types: dict = {}  # Results -> ops of this block with those result types
         records = self.ops[block] = []
@@ -108,13 +112,12 @@ class Walker:
             operands = [ids.get(v) or key_of(v) for v in operand_values]
             result_values = list(op.results)
             results = []
-            for value in result_values:  # `_key`, for values defined here
-                key = ids.get(value)
-                if key is None:
-                    self._last_key -= 1
-                    key = ids[value] = self._last_key
+            for value in result_values:  # a new key: SSA defines a value before any use
+                self._last_key -= 1
+                key = ids[value] = self._last_key
                 results.append(key)
-            types = tuple([result.type for result in result_values])
+            types = (result_values[0].type,) if len(result_values) == 1 else \
+                tuple([result.type for result in result_values])
             res = decoded.get(types)
             if res is None:
                 res = self._decode(types)
@@ -142,7 +145,7 @@ class Walker:
                 continue
             before = 0
             for operand in operands:
-                uses[operand] += 1
+                uses[operand] = used(operand, 0) + 1
                 chain = chain_to.get(operand, 0)
                 if chain > before:
                     before = chain
@@ -303,9 +306,10 @@ class Walker:
     def _dot(self, op, operand_values: list, types: tuple) -> tuple:
         """(`dot_stats`, `transposed_dot_operands`) of a dot, once per dimension numbers
         and types: what they read of the op."""
-        attributes = op.attributes
-        dims = attributes["dot_dimension_numbers"] \
-            if "dot_dimension_numbers" in attributes else None
+        try:
+            dims = op.attributes["dot_dimension_numbers"]
+        except KeyError:  # a stablehlo.dot
+            dims = None
         key = (dims, *[value.type for value in operand_values[:2]], types[:1])
         found = self._dots.get(key)
         if found is None:
@@ -350,10 +354,19 @@ class Walker:
                 operands[index] = fusions.layout_copy(
                     operands[index], layout, rank([self.tensor(operand_type)]),
                     self._type_text(operand_type))
-        weight = self._weight(kind, res, op, operand_values) if kind.fusible else None
+        if not kind.fusible:
+            weight = None
+        elif self.xla_cpu and name in OPERAND_WEIGHTED:
+            weight = self._weight(kind, res, op, operand_values)
+        else:  # `_weight`'s lookup by result types, without the call
+            weight = res.weights.get(name, _UNSET)
+            if weight is _UNSET:
+                weight = self._weight(kind, res, op, operand_values)
         key = None
         if weight is not None or (name == "constant" and res.small):
-            key = (name, self._attributes(op), res.texts)
+            attributes = op.attributes
+            key = (name, self._attributes(op, attributes) if len(attributes) else (),
+                   res.texts)
             # XLA's CSE merges equal ops before it fuses (JAX writes a constant and its
             # broadcast for every scalar operand)
             if has_regions is None:
@@ -362,13 +375,11 @@ class Walker:
                 return
         fusions.visit(operands, results, name, weight, res.rank, key, reads)
 
-    def _attributes(self, op) -> tuple:
-        """An op's attributes as text, to compare ops by (the bindings cannot hand out some,
-        e.g. a complex constant's value: then the op's printed form without its values'
-        names). MLIR uniques attributes: each is printed once."""
-        attributes = op.attributes
-        if not len(attributes):
-            return ()
+    def _attributes(self, op, attributes) -> tuple:
+        """An op's attributes (`op.attributes`, not empty) as text, to compare ops by (the
+        bindings cannot hand out some, e.g. a complex constant's value: then the op's
+        printed form without its values' names). MLIR uniques attributes: each is printed
+        once."""
         texts = self._attribute_texts
         out = []
         try:
