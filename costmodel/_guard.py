@@ -122,7 +122,7 @@ class GuardedJit:
         except Exception as exc:  # the prediction alone still says it is over budget
             self._stages.pop(key, None)
             warnings.warn(f"costmodel could not advise on {_name(self._fun)}: "
-                          f"{type(exc).__name__}: {exc}", CompileGuardWarning, stacklevel=4)
+                          f"{type(exc).__name__}: {exc}", CompileGuardWarning, stacklevel=5)
             advice = decide(prediction, [], self._budget)
             self._checked[key] = dataclasses.replace(advice, reason=(
                 f"Predicted compile ≈ {_fmt_seconds(prediction.compile_seconds)} exceeds "
@@ -132,38 +132,34 @@ class GuardedJit:
     def _on_miss(self, jax_miss, args: tuple, kwargs: dict):
         """jax's cache miss for these arguments (trace, lower, compile, run), predicted
         first. Arguments are arrays, or tracers when called inside another trace."""
-        try:
-            over = self._over_budget(args, kwargs)
-        except Exception as exc:  # a failure of ours must never stop the user's program
-            # jax's miss first: an error of the user's own reaches them as from jax.jit
-            result = jax_miss(*args, **kwargs)
-            warnings.warn(f"costmodel could not predict the compile of {_name(self._fun)}, "
-                          f"compiling it unchecked: {type(exc).__name__}: {exc}",
-                          CompileGuardWarning, stacklevel=3)
-            return result
-        if over is not None:
-            if self._on_exceed == "raise":
-                raise CompileBudgetExceeded(over)
-            warnings.warn(str(over), CompileBudgetWarning, stacklevel=3)
-        return jax_miss(*args, **kwargs)
+        return self._guarded(lambda: (args, kwargs), jax_miss, jax_miss, args, kwargs,
+                             stacklevel=4)
 
     def _on_trace(self, *args: Any, **kwargs: Any):
         # Traced arguments become their shapes; static ones come as the values they are.
+        # On a failure of ours the user's function is traced as it is, so an error of the
+        # user's own reaches them as from jax.jit.
+        return self._guarded(lambda: _abstract((args, kwargs)), self._plain, self._fun,
+                             args, kwargs, stacklevel=3)
+
+    def _guarded(self, shapes, run, unchecked, args: tuple, kwargs: dict, stacklevel: int):
+        """`run(*args, **kwargs)` once the compile for `shapes()` is predicted (warned or
+        raised over budget); a failure of ours runs `unchecked` instead, with a warning.
+        `stacklevel`: the warnings' (the user's call, seen from here)."""
         try:
-            abstract_args, abstract_kwargs = _abstract((args, kwargs))
-            over = self._over_budget(abstract_args, abstract_kwargs)
+            over = self._over_budget(*shapes())
         except Exception as exc:  # a failure of ours must never stop the user's program
-            # traced first: an error of the user's own reaches them as from jax.jit
-            result = self._fun(*args, **kwargs)
+            # the user's own call first: an error of theirs reaches them as from jax.jit
+            result = unchecked(*args, **kwargs)
             warnings.warn(f"costmodel could not predict the compile of {_name(self._fun)}, "
                           f"compiling it unchecked: {type(exc).__name__}: {exc}",
-                          CompileGuardWarning, stacklevel=2)
+                          CompileGuardWarning, stacklevel=stacklevel)
             return result
         if over is not None:
             if self._on_exceed == "raise":
                 raise CompileBudgetExceeded(over)
-            warnings.warn(str(over), CompileBudgetWarning, stacklevel=2)
-        return self._plain(*args, **kwargs)
+            warnings.warn(str(over), CompileBudgetWarning, stacklevel=stacklevel)
+        return run(*args, **kwargs)
 
     def jitted(self):
         """The jax jitted function users call: its own call path, `check` and `guard` added."""
