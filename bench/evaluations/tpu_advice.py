@@ -176,10 +176,16 @@ def score(paths: list[Path], layers: int) -> dict:
     measured = med["unrolled"] - med["scanned"]
     result.update({"device_s": seconds, "device_median_s": med, "measured_saving_s": measured,
                    "reference_device_s": [min(refs), statistics.median(refs), max(refs)]})
+    return saving_ratios(result)
+
+
+def saving_ratios(result: dict) -> dict:
+    """`result` with each predicted saving (the advice's scan, the scanned program's own
+    prediction) over its measured saving added."""
     for name in ("advice_scan_s", "predicted_scanned_s"):
         if result[name] is not None:
-            result[f"saving_ratio_{name}"] = (result["predicted_unrolled_s"]
-                                              - result[name]) / measured
+            saving = result["predicted_unrolled_s"] - result[name]
+            result[f"saving_ratio_{name}"] = saving / result["measured_saving_s"]
     return result
 
 
@@ -197,11 +203,7 @@ def main() -> None:
         return
     result = score(args.rows, args.layers) if args.command == "score" else advise(args.layers)
     if args.command == "measure":
-        result.update(measure(args.layers, args.repeats))
-        for name in ("advice_scan_s", "predicted_scanned_s"):
-            if result[name] is not None:
-                saving = result["predicted_unrolled_s"] - result[name]
-                result[f"saving_ratio_{name}"] = saving / result["measured_saving_s"]
+        result = saving_ratios({**result, **measure(args.layers, args.repeats)})
     text = json.dumps(result, indent=1)
     print(text)
     if args.json:

@@ -14,7 +14,6 @@ held-out figures are of model and step together, each blind to the library score
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import statistics
@@ -240,12 +239,12 @@ def fit(p: Pairs, about: dict) -> DeviceCorrection:
     with _one_thread():
         booster = _booster().fit(p.X, p.y)
     fresh, pred, has = memory_points(p)
+    added = fit_memory(fresh[has], pred[has]) if has.sum() >= MIN_MEMORY else 0.0
     return DeviceCorrection(
         feature_names=(*STEP_FEATURES, BASE_COLUMN), forest=FlatForest.from_booster(booster),
         lo=float(np.quantile(residual, QUANTILES[0])),
-        hi=float(np.quantile(residual, QUANTILES[1])),
-        rss_added_bytes=fit_memory(fresh[has], pred[has]) if has.sum() >= MIN_MEMORY else 0.0,
-        about=about)
+        hi=float(np.quantile(residual, QUANTILES[1])), rss_added_bytes=added,
+        about={**about, "rss_added_mb": round(added / 1e6, 1)})
 
 
 def install(model: Path, correction: DeviceCorrection) -> None:
@@ -348,9 +347,8 @@ def main(argv=None) -> int:
                  "library_held_out_median_fold": round(held["median_fold"], 3),
                  "library_held_out_p90_fold": round(held["p90_fold"], 3)}
         correction = fit(p, about)
-        about["rss_added_mb"] = round(correction.rss_added_bytes / 1e6, 1)
-        install(args.model, dataclasses.replace(correction, about=about))
-        write_card_section(args.model, card_section(figures, about))
+        install(args.model, correction)
+        write_card_section(args.model, card_section(figures, correction.about))
         print(f"installed {args.model / CORRECTION_FILE}", file=sys.stderr)
     return 0
 
