@@ -6,6 +6,12 @@ factor (0.15-9x on the v5e's 13-core host: convolutions compile much faster ther
 matmul gradients slower), so the step is a small forest over the model inputs and the
 model's own prediction, fitted on programs compiled on both (`training.fitting.
 device_correction`). Stored beside the model as plain arrays, loaded without pickle.
+
+The two hosts differ by part of the compile more than by program: libtpu's HLO passes
+ran about 4x slower on the v5e's host than on the sweep machine and its backend passes
+(spread over 13 cores) about 2x faster. So a step may also carry `PartModels`: one forest
+per part (HLO passes, backend, the rest) predicting that part's seconds on the sweep
+machine, each part scaled by its factor for the chip's host, blended with the step.
 """
 
 from __future__ import annotations
@@ -25,6 +31,41 @@ BASE_COLUMN = "log_predicted_seconds"
 
 
 @dataclass(frozen=True, eq=False)
+class PartModels:
+    """Chip-host seconds as the sum over compile parts of `factors[i]` times
+    exp(`forests[i]`(log1p of the inputs `feature_names`)): each forest predicts its
+    part's log seconds on the sweep machine (`training.fitting.device_parts`)."""
+
+    parts: tuple[str, ...]
+    feature_names: tuple[str, ...]
+    forests: tuple[FlatForest, ...]
+    factors: tuple[float, ...]
+
+    def log_seconds(self, inputs: Sequence[Mapping[str, float]]) -> np.ndarray:
+        X = np.array([[np.log1p(max(float(row[n]), 0.0)) for n in self.feature_names]
+                      for row in inputs], float).reshape(len(inputs), len(self.feature_names))
+        seconds = sum(factor * np.exp(forest.predict(X))
+                      for forest, factor in zip(self.forests, self.factors))
+        return np.log(np.maximum(seconds, 1e-6))
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {f"part{i}.{k}": v for i, forest in enumerate(self.forests)
+                for k, v in forest.arrays().items()}
+
+    def meta(self) -> dict:
+        return {"parts": list(self.parts), "feature_names": list(self.feature_names),
+                "factors": list(self.factors)}
+
+    @classmethod
+    def from_saved(cls, meta: Mapping, data) -> PartModels:
+        forests = tuple(FlatForest.from_arrays({k.split(".", 1)[1]: data[k] for k in data.files
+                                                if k.startswith(f"part{i}.")})
+                        for i in range(len(meta["parts"])))
+        return cls(parts=tuple(meta["parts"]), feature_names=tuple(meta["feature_names"]),
+                   forests=forests, factors=tuple(float(f) for f in meta["factors"]))
+
+
+@dataclass(frozen=True, eq=False)
 class DeviceCorrection:
     """log(on-chip host seconds / predicted deviceless seconds) = forest(inputs, log
     prediction). `lo`, `hi`: log offsets of the 90% interval around a corrected
@@ -39,6 +80,9 @@ class DeviceCorrection:
     # threads), from fresh-process compiles there; 0 for a step fitted without them
     rss_added_bytes: float = 0.0
     about: Mapping[str, Any] = field(default_factory=dict)
+    # the part models and their weight in the log-space blend with the step (0: step only)
+    parts: PartModels | None = None
+    parts_weight: float = 0.0
 
     def log_factor(self, inputs: Sequence[Mapping[str, float]],
                    predicted_seconds: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -47,7 +91,11 @@ class DeviceCorrection:
         names = [n for n in self.feature_names if n != BASE_COLUMN]
         X = np.array([[np.log1p(max(float(row[n]), 0.0)) for n in names] for row in inputs],
                      float).reshape(len(base), len(names))
-        return self.forest.predict(np.column_stack([X, base]))
+        step = self.forest.predict(np.column_stack([X, base]))
+        if self.parts is None or not self.parts_weight:
+            return step
+        by_parts = self.parts.log_seconds(inputs) - base
+        return (1.0 - self.parts_weight) * step + self.parts_weight * by_parts
 
     def apply(self, inputs: Sequence[Mapping[str, float]], seconds: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -58,15 +106,21 @@ class DeviceCorrection:
     def save(self, file) -> None:
         """Write to `file`, a path or a binary handle (what `atomic_write` passes)."""
         meta = {"feature_names": list(self.feature_names), "lo": self.lo, "hi": self.hi,
-                "rss_added_bytes": self.rss_added_bytes, "about": dict(self.about)}
-        np.savez(file, meta=np.array(json.dumps(meta)), **self.forest.arrays())
+                "rss_added_bytes": self.rss_added_bytes, "about": dict(self.about),
+                "parts": None if self.parts is None else self.parts.meta(),
+                "parts_weight": self.parts_weight}
+        extra = {} if self.parts is None else self.parts.arrays()
+        np.savez(file, meta=np.array(json.dumps(meta)), **self.forest.arrays(), **extra)
 
     @classmethod
     def load(cls, path: str | Path) -> DeviceCorrection:
         with np.load(path, allow_pickle=False) as data:
             meta = json.loads(str(data["meta"]))
             forest = FlatForest.from_arrays(data)
+            parts = (None if not meta.get("parts")
+                     else PartModels.from_saved(meta["parts"], data))
         return cls(feature_names=tuple(meta["feature_names"]), forest=forest,
                    lo=float(meta["lo"]), hi=float(meta["hi"]),
                    rss_added_bytes=float(meta.get("rss_added_bytes", 0.0)),
-                   about=meta.get("about", {}))
+                   about=meta.get("about", {}), parts=parts,
+                   parts_weight=float(meta.get("parts_weight", 0.0)))

@@ -8,12 +8,17 @@ compilation cache off, and must fire exactly one backend compile. Rows are writt
 `--out` as they are measured, so a run cut by its time limit keeps what it finished.
 
     python bench/evaluations/tpu_device_run.py ARTIFACTS_DIR --out rows.jsonl [--budget-s 480] [--skip N]
-        [--max-here-s S] [--fresh-rss-below-s S | --fresh-rss-only]
+        [--max-here-s S] [--fresh-rss-below-s S | --fresh-rss-only] [--stages]
+
+With `--stages` each chip and deviceless compile also records libtpu's own stage seconds
+(HLO passes, backend passes, code generation, end to end) from its INFO log, read by the
+harness's `measure/tpu_phases.py` (loaded from this tree by path).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -66,6 +71,16 @@ def _reference():
     return module.build_reference
 
 
+def _stage_log():
+    """The harness's libtpu log reader, importable without costmodel installed."""
+    import sys
+
+    sys.path.insert(0, str(HERE.parents[1]))
+    from measure import tpu_phases
+
+    return tpu_phases
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("artifacts")
@@ -81,6 +96,8 @@ def main() -> None:
     parser.add_argument("--fresh-rss-only", action="store_true",
                         help="measure only each program's fresh-process deviceless RSS growth "
                              "(programs compiled on the chip before)")
+    parser.add_argument("--stages", action="store_true",
+                        help="record libtpu's stage seconds of every timed compile")
     parser.add_argument("--rss-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rss_child:
@@ -90,6 +107,9 @@ def main() -> None:
     if args.fresh_rss_only:
         _fresh_rss_rows(args, started)
         return
+    stages = _stage_log() if args.stages else None
+    if stages is not None:  # libtpu reads its log level once, when it starts
+        os.environ.update(stages.LOG_ENV)
 
     import jax
     from jax import export
@@ -107,22 +127,29 @@ def main() -> None:
                                                platform="tpu").devices[0])}
     build_reference = _reference()
 
-    def compile_seconds(fn, avals, where, rss=False):
+    staged: dict[str, list] = {}  # "device"/"deviceless" -> stage seconds of each compile
+
+    def compile_seconds(fn, avals, where, rss=False, record=True):
         sharding = places[where]
         specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding) for a in avals]
         mark = len(fired)
         lowered = jax.jit(fn).trace(*specs).lower()
-        with PeakRss() as peak:
+        log = (stages.TpuStageLog(stages.module_name(lowered)) if stages is not None
+               else contextlib.nullcontext())
+        with PeakRss() as peak, log:
             t0 = time.perf_counter()
             lowered.compile()
             seconds = time.perf_counter() - t0
         if len(fired) - mark != 1:
             raise RuntimeError(f"expected one backend compile, saw {len(fired) - mark}")
+        if stages is not None and record:
+            staged.setdefault(where, []).append(
+                {p: log.seconds[p] for p in stages.STAGES} if not log.error else log.error)
         return seconds, (peak.growth if rss else None)
 
     def reference(where):
         fn, avals = build_reference()
-        return compile_seconds(fn, avals, where)[0]
+        return compile_seconds(fn, avals, where, record=False)[0]
 
     manifest = json.loads((Path(args.artifacts) / "manifest.json").read_text())
     env = {"jax_version": jax.__version__, "libtpu_version": _version("libtpu"),
@@ -137,6 +164,7 @@ def main() -> None:
             if args.max_here_s is not None and entry["here_s"] > args.max_here_s:
                 continue
             row = {"name": entry["name"], "key": entry["key"]}
+            staged.clear()
             try:
                 jax.config.update("jax_enable_x64", bool(entry["x64"]))
                 exported = export.deserialize(
@@ -158,6 +186,7 @@ def main() -> None:
                 if first < args.deviceless_below_s:
                     row["ref_deviceless_s"] = [reference("deviceless")]
                     row["deviceless_s"] = [compile_seconds(fresh(), avals, "deviceless")[0]]
+                row.update({f"{where}_stages": got for where, got in staged.items()})
                 row["status"] = "ok"
             except Exception as exc:  # a program that fails here is a row, not a stop
                 row["status"], row["message"] = "error", f"{type(exc).__name__}: {exc}"[:400]

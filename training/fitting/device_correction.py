@@ -8,7 +8,9 @@ held-out figures are of model and step together, each blind to the library score
 
     python -m costmodel.training.fitting.device_correction --model models/default/tpu-v5e \\
         --rows training/data/tpu-v5e/rows.parquet --predictions HELD_OUT.parquet \\
-        --device-rows bench/data/tpu_device/*.jsonl [--json OUT] [--dry-run]
+        --device-rows bench/data/tpu_device/*.jsonl [--phase-rows ROWS] [--json OUT] [--dry-run]
+
+`--phase-rows` (sweep rows with libtpu's stage split) blends in part models (`device_parts`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from costmodel.features import MODEL_FEATURES
 from costmodel.models.artifact import MANIFEST_FILE, atomic_write, sha256_of, verify
 from costmodel.models.device_correction import BASE_COLUMN, CORRECTION_FILE, DeviceCorrection
 from costmodel.models.forest import FlatForest
+
+from . import device_parts
 
 SPLIT = "leave_library_out"
 FALLBACK_SPLIT = "leave_family_out"
@@ -147,13 +151,29 @@ def held_out(p: Pairs) -> np.ndarray:
     return out
 
 
-def score(p: Pairs) -> dict:
+def held_out_correction(p: Pairs, parts: device_parts.PartRows | None = None
+                        ) -> tuple[np.ndarray, np.ndarray | None]:
+    """(log correction of each program fitted without its library, the programs' held-out
+    part seconds or None): the step's, blended with the part models' when `parts` given."""
+    step = held_out(p)
+    if parts is None:
+        return step, None
+    libs, chip = p.frame["library"].to_numpy(), p.frame["device"].to_numpy(float)
+    with _one_thread():
+        held = device_parts.held_out_parts(parts, device_parts.inputs_of(p.frame), libs)
+    by_parts = (device_parts.held_out_log_seconds(held, chip, libs)
+                - np.log(p.frame["base"].to_numpy(float)))
+    return (1 - device_parts.WEIGHT) * step + device_parts.WEIGHT * by_parts, held
+
+
+def score(p: Pairs, correction: np.ndarray | None = None) -> dict:
     """Held-out figures against the chip, all programs and those of real libraries: the
     model with the step (its interval from the other libraries' held-out residuals), the
     model times the best constant, the power law times one, the program's measured CPU
-    compile times one (each constant from the other libraries), and host memory."""
+    compile times one (each constant from the other libraries), and host memory.
+    `correction`: held-out log corrections (`held_out_correction`), else the step's."""
     y, libs = p.y, p.frame["library"].to_numpy()
-    residual = y - held_out(p)
+    residual = y - (held_out(p) if correction is None else correction)
     lo = np.array([np.quantile(residual[libs != lib], QUANTILES[0]) for lib in libs])
     hi = np.array([np.quantile(residual[libs != lib], QUANTILES[1]) for lib in libs])
     measured = p.frame["device"].to_numpy(float)
@@ -233,18 +253,26 @@ def spearman(a, b) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def fit(p: Pairs, about: dict) -> DeviceCorrection:
-    """The step fitted on every program; its interval from the held-out residuals."""
-    residual = p.y - held_out(p)
+def fit(p: Pairs, about: dict, parts: device_parts.PartRows | None = None
+        ) -> DeviceCorrection:
+    """The step (and part models) fitted on every program; interval from held-out residuals."""
     with _one_thread():
+        correction, held = held_out_correction(p, parts)
         booster = _booster().fit(p.X, p.y)
+        models = None if parts is None else device_parts.fit_part_models(
+            parts, held, p.frame["device"].to_numpy(float))
+    residual = p.y - correction
     fresh, pred, has = memory_points(p)
     added = fit_memory(fresh[has], pred[has]) if has.sum() >= MIN_MEMORY else 0.0
     return DeviceCorrection(
         feature_names=(*STEP_FEATURES, BASE_COLUMN), forest=FlatForest.from_booster(booster),
         lo=float(np.quantile(residual, QUANTILES[0])),
         hi=float(np.quantile(residual, QUANTILES[1])), rss_added_bytes=added,
-        about={**about, "rss_added_mb": round(added / 1e6, 1)})
+        about={**about, "rss_added_mb": round(added / 1e6, 1),
+               **({} if models is None else {"part_factors": dict(zip(
+                   models.parts, (round(f, 3) for f in models.factors))),
+                   "parts_weight": device_parts.WEIGHT})},
+        parts=models, parts_weight=0.0 if models is None else device_parts.WEIGHT)
 
 
 def install(model: Path, correction: DeviceCorrection) -> None:
@@ -288,6 +316,12 @@ def card_section(figures: dict, about: dict) -> str:
     c = real["corrected"]
     lines += ["", f"Spearman {c['spearman']:.2f}; the 90% interval covers "
               f"{100 * c['coverage']:.0f}%."]
+    if about.get("part_factors"):
+        k = about["part_factors"]
+        lines += [f"The correction is blended (weight {about['parts_weight']}) with part "
+                  "models: each part of the compile libtpu's log names, predicted for the "
+                  "sweep machine, times its factor for the chip's host (HLO passes "
+                  f"{k['hlo']:.2f}, backend {k['backend']:.2f}, the rest {k['other']:.2f})."]
     if "fresh_rss_over_50MB" in real:
         m = real["fresh_rss_over_50MB"]
         lines += [f"Host RSS growth above 50 MB, measured deviceless in a fresh process on "
@@ -324,6 +358,8 @@ def main(argv=None) -> int:
     parser.add_argument("--device-rows", nargs="+", required=True)
     parser.add_argument("--cpu-rows", default="training/data/cpu/rows.parquet",
                         help="CPU sweep rows of the same programs (a baseline)")
+    parser.add_argument("--phase-rows", nargs="*", default=[],
+                        help="TPU sweep rows with libtpu's stage split: adds part models")
     parser.add_argument("--json", type=Path, help="write the held-out figures here")
     parser.add_argument("--dry-run", action="store_true", help="score only; install nothing")
     args = parser.parse_args(argv)
@@ -334,7 +370,13 @@ def main(argv=None) -> int:
     cpu = cpu[cpu["status"] == "ok"]
     p = pairs(dataset.load([args.rows]), pd.read_parquet(args.predictions), device,
               dict(zip(cpu["family"] + "|" + cpu["params"], cpu["compile_seconds"])))
-    figures = score(p)
+    parts = (device_parts.part_rows(dataset.load(args.phase_rows)) if args.phase_rows
+             else None)
+    correction, _ = held_out_correction(p, parts)
+    figures = score(p, correction)
+    if parts is not None:
+        figures["step_only"] = score(p)["real_libraries"]["corrected"]
+        figures["phase_rows"] = len(parts)
     text = json.dumps(figures, indent=1)
     print(text)
     if args.json:
@@ -346,7 +388,7 @@ def main(argv=None) -> int:
                  "host_cpu_count": env.get("host_cpu_count", 0),
                  "library_held_out_median_fold": round(held["median_fold"], 3),
                  "library_held_out_p90_fold": round(held["p90_fold"], 3)}
-        correction = fit(p, about)
+        correction = fit(p, about, parts)
         install(args.model, correction)
         write_card_section(args.model, card_section(figures, correction.about))
         print(f"installed {args.model / CORRECTION_FILE}", file=sys.stderr)
