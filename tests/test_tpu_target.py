@@ -60,14 +60,24 @@ def _tpu_row(family: str, params: dict):
 
 
 def test_float64_on_a_tpu_is_predicted_far_slower_than_on_the_cpu():
-    """XLA:TPU emulates float64: this program compiled in 24 s deviceless for a v5e against
-    0.06 s for the CPU. The TPU model must say so, never the CPU's number."""
+    """XLA:TPU emulates float64: this program compiled in 8.7 s deviceless here for a v5e
+    and in 28 s on the chip (its HLO passes, slow on the chip's host), against 0.05 s for
+    the CPU. The TPU model answers for the chip's host and must say so, never the CPU's
+    number."""
+    import json
+    from pathlib import Path
+
     import jax
 
     import costmodel
     from costmodel.training import corpus
 
-    params = {"grad": False, "kind": "transcendental", "stages": 8, "width": 16}
+    params = {"grad": False, "kind": "transcendental", "stages": 2, "width": 16}
+    key = f"float64|{json.dumps(params, sort_keys=True)}|tpu|v5e"
+    chip = [s for path in sorted(Path(__file__).resolve().parents[1].glob(
+                "bench/data/tpu_device/call*.jsonl"))
+            for r in map(json.loads, path.read_text().splitlines())
+            if r.get("key") == key for s in r["device_s"]]
     measured = _tpu_row("float64", params)["compile_seconds"]
     spec = corpus.get_family("float64")
     with jax.enable_x64(True):
@@ -75,6 +85,6 @@ def test_float64_on_a_tpu_is_predicted_far_slower_than_on_the_cpu():
         stage = costmodel.lower(fn, *args)
         tpu, cpu = stage.predict(backend="tpu"), stage.predict(backend="cpu")
     assert (tpu.backend, tpu.target) == ("tpu", "v5e")
-    assert 20 < measured < 30
-    assert measured / 2 < tpu.compile_seconds < measured * 2
+    assert 5 < measured < 15 and chip and 20 < min(chip) < 40
+    assert min(chip) / 2 < tpu.compile_seconds < max(chip) * 2
     assert tpu.compile_seconds > 20 * cpu.compile_seconds

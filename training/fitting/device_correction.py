@@ -32,6 +32,7 @@ from costmodel.models.device_correction import BASE_COLUMN, CORRECTION_FILE, Dev
 from costmodel.models.forest import FlatForest
 
 from . import device_parts
+from .device_card import CARD_HEADING, card_section, write_card_section  # noqa: F401
 
 SPLIT = "leave_library_out"
 FALLBACK_SPLIT = "leave_family_out"
@@ -40,6 +41,7 @@ BOOSTER = {"max_depth": 2, "max_iter": 100, "learning_rate": 0.05, "min_samples_
            "l2_regularization": 1.0, "random_state": 0}
 QUANTILES = (0.05, 0.95)
 MIN_MEMORY = 20  # programs with a fresh-process RSS on the chip's host: fewer, no step
+MIN_INTERVAL = 30  # real-library programs needed to set the interval from theirs alone
 # What the step reads besides the prediction: size and the op kinds whose compile leans on
 # the host's cores or its float64 path. With a hundred-odd programs the full feature set
 # fits noise: on the v5e pairs it held out at median fold 1.58 against 1.45 for these.
@@ -174,8 +176,9 @@ def score(p: Pairs, correction: np.ndarray | None = None) -> dict:
     `correction`: held-out log corrections (`held_out_correction`), else the step's."""
     y, libs = p.y, p.frame["library"].to_numpy()
     residual = y - (held_out(p) if correction is None else correction)
-    lo = np.array([np.quantile(residual[libs != lib], QUANTILES[0]) for lib in libs])
-    hi = np.array([np.quantile(residual[libs != lib], QUANTILES[1]) for lib in libs])
+    pool = _interval_pool(libs)
+    lo = np.array([np.quantile(residual[pool & (libs != lib)], QUANTILES[0]) for lib in libs])
+    hi = np.array([np.quantile(residual[pool & (libs != lib)], QUANTILES[1]) for lib in libs])
     measured = p.frame["device"].to_numpy(float)
     corrected = measured / np.exp(residual)
     out = {"n": int(len(y)), "libraries": int(len(np.unique(libs)))}
@@ -234,6 +237,14 @@ def memory_scores(p: Pairs, keep: np.ndarray) -> dict:
         "with_host_bytes": folds(np.log(fresh[big] / (pred[big] + added)))}}
 
 
+def _interval_pool(libs: np.ndarray) -> np.ndarray:
+    """Programs whose residuals set the interval: those of real libraries, what users
+    compile (the synthetic families' extremes widened it to cover 96% of them, 75% of
+    their own), unless too few."""
+    real = libs != "synthetic"
+    return real if real.sum() >= MIN_INTERVAL else np.ones(len(libs), bool)
+
+
 def _constant(ratio: np.ndarray, libs: np.ndarray, has: np.ndarray) -> np.ndarray:
     """For each program where `has`, the median log ratio of the other libraries'."""
     return np.array([np.median(ratio[has & (libs != lib)]) for lib in libs[has]])
@@ -261,13 +272,13 @@ def fit(p: Pairs, about: dict, parts: device_parts.PartRows | None = None
         booster = _booster().fit(p.X, p.y)
         models = None if parts is None else device_parts.fit_part_models(
             parts, held, p.frame["device"].to_numpy(float))
-    residual = p.y - correction
+    residual, pool = p.y - correction, _interval_pool(p.frame["library"].to_numpy())
     fresh, pred, has = memory_points(p)
     added = fit_memory(fresh[has], pred[has]) if has.sum() >= MIN_MEMORY else 0.0
     return DeviceCorrection(
         feature_names=(*STEP_FEATURES, BASE_COLUMN), forest=FlatForest.from_booster(booster),
-        lo=float(np.quantile(residual, QUANTILES[0])),
-        hi=float(np.quantile(residual, QUANTILES[1])), rss_added_bytes=added,
+        lo=float(np.quantile(residual[pool], QUANTILES[0])),
+        hi=float(np.quantile(residual[pool], QUANTILES[1])), rss_added_bytes=added,
         about={**about, "rss_added_mb": round(added / 1e6, 1),
                **({} if models is None else {"part_factors": dict(zip(
                    models.parts, (round(f, 3) for f in models.factors))),
@@ -285,68 +296,6 @@ def install(model: Path, correction: DeviceCorrection) -> None:
     manifest["version"] = f"{manifest['version'].split('+')[0]}+chip-{sha[:6]}"
     text = json.dumps(manifest, indent=2) + "\n"
     atomic_write(model / MANIFEST_FILE, lambda handle: handle.write(text.encode()))
-
-
-CARD_HEADING = "## On the chip"
-
-
-def card_section(figures: dict, about: dict) -> str:
-    """The model card's section on compile times measured on the chip."""
-    real = figures["real_libraries"]
-    rows = [("the model with the device correction", real["corrected"])]
-    rows += [(label, real[key]) for key, label in (
-        ("model_times_constant", "the model times one constant"),
-        ("power_law", "the op-count power law times one constant"),
-        ("cpu_times_constant", "the program's measured CPU compile times one constant"),
-        ("sweep_here", "the deviceless compile measured in the sweep, as it is"))
-        if key in real]
-    lines = [CARD_HEADING, "",
-             f"Compile seconds on a {about.get('chip') or 'TPU'} chip's own host "
-             f"({about.get('host_cpu_count')} cores, libtpu {about.get('libtpu')}), what "
-             "`predict` answers for this target: the model's prediction times a device "
-             f"correction fitted on {figures['n']} programs compiled both deviceless in the "
-             "sweep and on the chip. Each of the "
-             f"{real['n']} programs of real libraries is scored with its library held out "
-             "of the model and of the correction; every constant is fitted on the other "
-             "libraries.", "",
-             "| predictor | median fold | p90 fold | median abs log error |",
-             "| --- | --- | --- | --- |"]
-    lines += [f"| {label} | {f['median_fold']:.2f} | {f['p90_fold']:.2f} | "
-              f"{f['median_abs_log']:.3f} |" for label, f in rows]
-    c = real["corrected"]
-    lines += ["", f"Spearman {c['spearman']:.2f}; the 90% interval covers "
-              f"{100 * c['coverage']:.0f}%."]
-    if about.get("part_factors"):
-        k = about["part_factors"]
-        lines += [f"The correction is blended (weight {about['parts_weight']}) with part "
-                  "models: each part of the compile libtpu's log names, predicted for the "
-                  "sweep machine, times its factor for the chip's host (HLO passes "
-                  f"{k['hlo']:.2f}, backend {k['backend']:.2f}, the rest {k['other']:.2f})."]
-    if "fresh_rss_over_50MB" in real:
-        m = real["fresh_rss_over_50MB"]
-        lines += [f"Host RSS growth above 50 MB, measured deviceless in a fresh process on "
-                  f"the chip's host ({m['n']} programs): median fold "
-                  f"{m['with_host_bytes']['median_fold']:.2f} (bias "
-                  f"{m['with_host_bytes']['bias']:.2f}) with the host's "
-                  f"{about.get('rss_added_mb', 0):.0f} MB added, "
-                  f"{m['model']['median_fold']:.2f} (bias {m['model']['bias']:.2f}) as the "
-                  "sweep machine's prediction."]
-    return "\n".join(lines) + "\n"
-
-
-def write_card_section(model: Path, section: str) -> None:
-    """Put `section` in the model card, in place of an earlier one, before its limits."""
-    card = model / "MODEL_CARD.md"
-    if not card.is_file():
-        return
-    text = card.read_text()
-    if CARD_HEADING in text:
-        start = text.index(CARD_HEADING)
-        end = text.find("\n## ", start + 1)
-        text = text[:start] + text[end + 1:] if end >= 0 else text[:start]
-    at = text.find("## Limits")
-    text = text[:at] + section + "\n" + text[at:] if at >= 0 else text + "\n" + section
-    card.write_text(text)
 
 
 def main(argv=None) -> int:

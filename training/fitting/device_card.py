@@ -1,0 +1,67 @@
+"""The TPU model card's section on compile times measured on the chip
+(`device_correction.py` writes it after fitting)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CARD_HEADING = "## On the chip"
+
+
+def card_section(figures: dict, about: dict) -> str:
+    """The model card's section on compile times measured on the chip."""
+    real = figures["real_libraries"]
+    rows = [("the model with the device correction", real["corrected"])]
+    rows += [(label, real[key]) for key, label in (
+        ("model_times_constant", "the model times one constant"),
+        ("power_law", "the op-count power law times one constant"),
+        ("cpu_times_constant", "the program's measured CPU compile times one constant"),
+        ("sweep_here", "the deviceless compile measured in the sweep, as it is"))
+        if key in real]
+    lines = [CARD_HEADING, "",
+             f"Compile seconds on a {about.get('chip') or 'TPU'} chip's own host "
+             f"({about.get('host_cpu_count')} cores, libtpu {about.get('libtpu')}), what "
+             "`predict` answers for this target: the model's prediction times a device "
+             f"correction fitted on {figures['n']} programs compiled both deviceless in the "
+             "sweep and on the chip. Each of the "
+             f"{real['n']} programs of real libraries is scored with its library held out "
+             "of the model and of the correction; every constant is fitted on the other "
+             "libraries.", "",
+             "| predictor | median fold | p90 fold | median abs log error |",
+             "| --- | --- | --- | --- |"]
+    lines += [f"| {label} | {f['median_fold']:.2f} | {f['p90_fold']:.2f} | "
+              f"{f['median_abs_log']:.3f} |" for label, f in rows]
+    c = real["corrected"]
+    lines += ["", f"Spearman {c['spearman']:.2f}; the 90% interval covers "
+              f"{100 * c['coverage']:.0f}%."]
+    if about.get("part_factors"):
+        k = about["part_factors"]
+        lines += [f"The correction is blended (weight {about['parts_weight']}) with part "
+                  "models: each part of the compile libtpu's log names, predicted for the "
+                  "sweep machine, times its factor for the chip's host (HLO passes "
+                  f"{k['hlo']:.2f}, backend {k['backend']:.2f}, the rest {k['other']:.2f})."]
+    if "fresh_rss_over_50MB" in real:
+        m = real["fresh_rss_over_50MB"]
+        lines += [f"Host RSS growth above 50 MB, measured deviceless in a fresh process on "
+                  f"the chip's host ({m['n']} programs): median fold "
+                  f"{m['with_host_bytes']['median_fold']:.2f} (bias "
+                  f"{m['with_host_bytes']['bias']:.2f}) with the host's "
+                  f"{about.get('rss_added_mb', 0):.0f} MB added, "
+                  f"{m['model']['median_fold']:.2f} (bias {m['model']['bias']:.2f}) as the "
+                  "sweep machine's prediction."]
+    return "\n".join(lines) + "\n"
+
+
+def write_card_section(model: Path, section: str) -> None:
+    """Put `section` in the model card, in place of an earlier one, before its limits."""
+    card = model / "MODEL_CARD.md"
+    if not card.is_file():
+        return
+    text = card.read_text()
+    if CARD_HEADING in text:
+        start = text.index(CARD_HEADING)
+        end = text.find("\n## ", start + 1)
+        text = text[:start] + text[end + 1:] if end >= 0 else text[:start]
+    at = text.find("## Limits")
+    text = text[:at] + section + "\n" + text[at:] if at >= 0 else text + "\n" + section
+    card.write_text(text)
