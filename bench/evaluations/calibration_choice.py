@@ -215,7 +215,13 @@ def coverage(all_cases: list[dict]) -> list[dict]:
     for c in all_cases:
         ways = c["candidates"]
         spread = candidate_spread(ways)
+        logs = np.log(c["_programs"]["point"] * ways[MODEL_RATIO] / c["_programs"]["measured"])
+        folds = np.exp(np.abs(logs))
         out.append({"run": c["run"], "calibration": c["calibration"], "spread": spread,
+                    # the bar figures for compile time under the applied way
+                    "median_fold": float(np.median(folds)),
+                    "p90_fold": float(np.quantile(folds, 0.9)), "max_fold": float(folds.max()),
+                    "bias": float(np.exp(np.mean(logs))),
                     "log_uncertainty": log_uncertainty(spread),
                     **_interval(**c["_programs"], scale=ways[MODEL_RATIO],
                                 uncertainty=log_uncertainty(spread)),
