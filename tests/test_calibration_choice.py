@@ -73,3 +73,21 @@ def test_bias_is_the_applied_factor_over_the_one_each_run_needed(report):
     assert first["candidates"]["model_ratio"] == pytest.approx(1.167, abs=1e-3)
     assert first["candidates"]["reference_speed"] == pytest.approx(1.109, abs=1e-3)
     assert np.isfinite([c["needed"] for c in report["cases"]]).all()
+
+
+def test_each_calibrations_bar_figures_follow_from_its_programs(report):
+    applied = {(c["run"], c["calibration"]): c for c in report["coverage_of_the_applied_way"]}
+    stored = {(c["run"], c["calibration"]): c
+              for c in json.loads(STORED.read_text())["coverage_of_the_applied_way"]}
+    for key, c in applied.items():
+        assert c["max_fold"] >= c["p90_fold"] >= c["median_fold"] >= 1.0
+        assert c["median_fold"] == pytest.approx(stored[key]["median_fold"]), key
+    # the 40 outside programs, calibrated before they were measured: within the bar
+    first = applied[("outside_libraries", "before")]
+    assert first["median_fold"] == pytest.approx(1.18, abs=0.01)
+    assert first["p90_fold"] == pytest.approx(1.41, abs=0.01)
+    assert first["bias"] == pytest.approx(0.94, abs=0.01)
+    # the bias is the applied factor over the one the run needed
+    case = next(c for c in report["cases"] if (c["run"], c["calibration"]) ==
+                ("outside_libraries", "before"))
+    assert first["bias"] == pytest.approx(case["candidates"]["model_ratio"] / case["needed"])
