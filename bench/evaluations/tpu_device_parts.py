@@ -3,11 +3,14 @@ held out (bench/FINDINGS.md, "The chip's host, part by part"). No compiles: swee
 phase rows, held-out predictions and chip rows only.
 
     python bench/evaluations/tpu_device_parts.py [--json OUT]
+        [--earlier CORRECTION.npz --new-in DEVICE_ROWS...]
 
 Real-library programs, median / p90 fold against the chip, for: this machine's measured
 compile times a constant; its measured parts each times a fitted factor (an oracle); the
 model's held-out prediction against this machine's measurement; the step alone, the part
-models alone and blends of the two at several weights.
+models alone and blends of the two at several weights. With `--earlier`, also an earlier
+correction file (e.g. `git show REV:models/default/tpu-v5e/device_correction.npz`) against
+this one, held out, on the programs of `--new-in` that the earlier one never saw.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ import json
 import numpy as np
 import pandas as pd
 
+from costmodel.features import MODEL_FEATURES
 from costmodel.measure.phases import part_seconds
+from costmodel.models.device_correction import DeviceCorrection
 from costmodel.models.phase_shares import PARTS
 from costmodel.training.fitting import device_correction as dc
 from costmodel.training.fitting import device_parts as dp
@@ -41,6 +46,9 @@ def main() -> None:
     parser.add_argument("--predictions", default="bench/data/tpu_sharded/heldout.parquet")
     parser.add_argument("--device-rows", nargs="+",
                         default=sorted(glob.glob("bench/data/tpu_device/*.jsonl")))
+    parser.add_argument("--earlier", help="an earlier device_correction.npz")
+    parser.add_argument("--new-in", nargs="*", default=[],
+                        help="device rows of programs the earlier correction never saw")
     parser.add_argument("--json")
     args = parser.parse_args()
     _, device = dc.read_device_rows(args.device_rows)
@@ -73,11 +81,29 @@ def main() -> None:
     out["factors_all"] = dict(zip(PARTS, dp.fit_factors(held, chip).round(4).tolist()))
     for w in WEIGHTS:
         out[f"blend_{w}"] = _folds((p.y - ((1 - w) * step + w * by_parts))[real])
+    if args.earlier:
+        out["earlier_on_new_programs"] = _earlier(args, p, (1 - 0.5) * step + 0.5 * by_parts)
     text = json.dumps(out, indent=1)
     print(text)
     if args.json:
         with open(args.json, "w") as handle:
             handle.write(text + "\n")
+
+
+def _earlier(args, p, held_out: np.ndarray) -> dict:
+    """The earlier correction, this one held out, and none, on programs first measured in
+    `--new-in` (not in the other device rows)."""
+    new = {r["key"] for r in dc.read_device_rows(args.new_in)[1] if "key" in r}
+    seen = {r["key"] for path in args.device_rows if path not in args.new_in
+            for r in dc.read_device_rows([path])[1] if "key" in r}
+    fresh = np.array([k in new and k not in seen for k in p.frame.index])
+    inputs = [dict(zip(MODEL_FEATURES, row))
+              for row in p.frame[list(MODEL_FEATURES)].to_numpy(float)]
+    earlier = DeviceCorrection.load(args.earlier).log_factor(inputs, p.frame["base"].to_numpy())
+    return {"programs": int(fresh.sum()),
+            "real_library": int((fresh & (p.frame["library"] != dp.SYNTHETIC)).sum()),
+            "earlier": _folds((p.y - earlier)[fresh]), "this_held_out": _folds(
+                (p.y - held_out)[fresh]), "none": _folds(p.y[fresh])}
 
 
 if __name__ == "__main__":
