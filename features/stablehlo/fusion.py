@@ -64,54 +64,71 @@ class Fusions:
     `bench/archive/fusion_emulation.md` has the history.
     """
 
-    def __init__(self, xla_cpu: bool = True) -> None:
+    def __init__(self, xla_cpu: bool = True, texts: dict | None = None) -> None:
         self._xla_cpu = xla_cpu
-        self._count = 0
         self._producer: dict = {}  # result value -> position of its op
         self._users: dict = {}
         # ops whose result does not count as an array read (broadcasts, iotas, scalars)
         self._spread: set = set()
-        self._rank: dict = {}
+        self._rank: dict = {}  # position -> rank of its first result: one per op visited
         # fusible ops: cost weight, whether XLA duplicates it, whether it changes
         # indexing, whether it reads at most one array, whether it fuses into one user only
         self._fusible: dict = {}
         self._bypassed: set = set()  # ops a resolved slice no longer reads through
         self._copies: dict = {}  # (value, layout) -> its layout copy for a dot
         self._same_index: set = set()  # fusible ops that read operands at their own index
-        self._seen: dict = {}  # (op kind, operands' producers) -> its results (`merged`)
-        # what makes two fusions the same kernel: each op's kind, attributes and result
-        # types, with the constants it reads (XLA:CPU compiles a repeated kernel once)
+        self._seen: dict = {}  # (op kind, operands' producers) -> its results (`visit`)
+        # what makes two fusions the same kernel: each fusible op's and constant's kind,
+        # attributes and result types, with the constants it reads (XLA:CPU compiles a
+        # repeated kernel once), as text: equal texts, equal ops
         self._signature: dict = {}
+        # signature -> its text, shared by the fusions of one walk (`texts`): a module
+        # repeats a few signatures, and texts compare and sort faster than nested tuples
+        self._texts: dict = {} if texts is None else texts
         self._constants: set = set()
         # the arrays each op reads: a producing op's position, or the value itself for a
         # block argument (a fusion's inputs are those read from outside it)
         self._arrays_read: dict = {}
 
     def visit(self, operands: list, results: list, name: str, weight: float | None,
-              rank: int | None, signature=None, reads=None) -> None:
+              rank: int | None, signature=None, reads=None, merge: bool = False) -> None:
         """Record the next op of the block: its SSA values, its name, its fusion cost
         (None if it does not fuse), the rank of its first result and what tells it from
         another op of its kind (`signature`: attributes and result types). `reads`: what
         a slice reads in place of its first operand, an operand of the concatenate it
-        slices (`slices`)."""
-        position = self._count
-        self._count += 1
-        producer_of, constants, signatures = self._producer, self._constants, self._signature
-        producers = [producer_of.get(operand) for operand in operands]
-        read_constants = () if constants.isdisjoint(producers) else \
-            [producer for producer in producers if producer in constants]
-        signatures[position] = (name, signature, tuple(
-            [signatures.get(producer) for producer in read_constants])
-            if read_constants else ())
-        if name == "constant":
-            constants.add(position)
+        slices (`slices`). With `merge`, an op of the same `signature` visited before with
+        the same operands stands for this one, which is not recorded: XLA's CSE merges
+        the two before fusing."""
+        producer_of = self._producer
+        if merge:
+            full = (signature, tuple(map(producer_of.get, operands, operands)))
+            first = self._seen.get(full)
+            if first is not None:
+                for result, earlier in zip(results, first):
+                    self.alias(result, earlier)
+                return
+            self._seen[full] = results
+        ranks = self._rank
+        position = len(ranks)
+        producers = list(map(producer_of.get, operands))
+        if weight is not None or name == "constant":
+            constants, signatures = self._constants, self._signature
+            full = (name, signature, tuple([signatures[producer] for producer in producers
+                                            if producer in constants])
+                    if not constants.isdisjoint(producers) else ())
+            text = self._texts.get(full)
+            if text is None:
+                text = self._texts[full] = repr(full)
+            signatures[position] = text
+            if name == "constant":
+                constants.add(position)
         if reads is not None:
             self._bypassed.add(producers[0])
             operands = [reads, *operands[1:]]
             producers = [producer_of.get(reads), *producers[1:]]
         arrays = 0
         read = []
-        spread, ranks, users = self._spread, self._rank, self._users
+        spread, users = self._spread, self._users
         for operand, producer in zip(operands, producers):
             if producer is None:
                 read.append(operand)
@@ -146,20 +163,6 @@ class Fusions:
                                        self._xla_cpu and single_use)
             if same_index:
                 self._same_index.add(position)
-
-    def merged(self, key, operands: list, results: list) -> bool:
-        """Whether an op like this one (`key`: its name, attributes and result types) was
-        visited with the same operands; if so its results stand for `results` (XLA's CSE
-        merges the two before fusing)."""
-        producer_of = self._producer
-        full = (key, tuple([producer_of.get(operand, operand) for operand in operands]))
-        first = self._seen.get(full)
-        if first is None:
-            self._seen[full] = results
-            return False
-        for result, earlier in zip(results, first):
-            self.alias(result, earlier)
-        return True
 
     def layout_copy(self, value, layout, rank: int | None, value_type: str = ""):
         """The copy of `value` (of type `value_type`) in `layout` that XLA:CPU makes for a
@@ -254,14 +257,15 @@ class Fusions:
             return len(groups) - 1
 
         users_of, ranks, signatures = self._users, self._rank, self._signature
-        for position in sorted(self._fusible, reverse=True):
-            weight, cheap, indexing, unary, single_use = self._fusible[position]
+        # positions were recorded in increasing order: the last op first
+        for position, (weight, cheap, indexing, unary, single_use) in reversed(
+                self._fusible.items()):
             every_user = users_of.get(position, _NONE)
             users = every_user - dead if dead else every_user
             if not users and (position in self._bypassed or every_user):
                 dead.add(position)
                 continue
-            fused = [user for user in users if user in fusion_of]
+            fused = list(filter(fusion_of.__contains__, users))
             # (fusion sets are never changed once made: one may stand for several ops)
             joined = fusion_of[fused[0]] if len(fused) == 1 else \
                 set().union(*[fusion_of[user] for user in fused])
@@ -300,16 +304,8 @@ class Fusions:
             for array in arrays_read.get(position, ()):
                 for fusion in targets - fusion_of.get(array, _NONE):
                     groups[fusion][4].add(array)
-        texts: dict = {}  # signature -> its repr (ops repeat a few signatures)
-
-        def text(signature) -> str:
-            found = texts.get(signature)
-            if found is None:
-                found = texts[signature] = repr(signature)
-            return found
-
-        return [(*group[:3], hash(tuple(sorted([text(sig) for sig in group[3]]))),
-                 len(group[4])) for group in groups if group[0]]
+        return [(*group[:3], hash(tuple(sorted(group[3]))), len(group[4]))
+                for group in groups if group[0]]
 
 
 def fusion_weight(name: str, infos: list, op=None, xla_cpu: bool = True,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from .contractions import dot_stats, transposed_dot_operands
@@ -55,11 +56,14 @@ class Walker:
             for region in op.regions for block in region.blocks))
         self.inlined = self.visited = 0
         self._ids: dict = {}  # MLIR value -> its key (`_key`)
-        self._last_key = 0
+        # keys are negative: never equal to a position in `Fusions`, which keys some maps
+        # by both
+        self._new_key = itertools.count(-1, -1).__next__
         self._kinds: dict[str, OpKind] = {}  # op name -> its `OpKind`
         self._results: dict[tuple, Results] = {}  # result types -> their `Results`
         self._texts: dict = {}  # MLIR type -> its text
         self._attribute_texts: dict = {}  # MLIR attribute -> its text
+        self._signature_texts: dict = {}  # fusion signature -> its text (`Fusions`)
         self._dots: dict = {}  # a dot's dimensions and types -> (`dot_stats`, transposed)
         self._weights: dict = {}  # what an `OPERAND_WEIGHTED` op's weight depends on -> it
         self._sizes: dict[str, int] = {}  # function -> ops `_inline` visits for a call of it
@@ -89,11 +93,12 @@ class Walker:
         """
         # Callees and loop bodies are walked here, not in the handlers, so that a chain of
         # calls costs two Python frames a call, as many as RecursionError allowed before.
-        fusions = Fusions(self.xla_cpu) if fuse else None
+        fusions = Fusions(self.xla_cpu, self._signature_texts) if fuse else None
         site = Site(tally, trips, depth, self.tensor)
         chain_to: dict = {}  # result value -> longest chain of ops ending in it
         longest = 0
         ids, key_of, kinds, decoded = self._ids, self._key, self._kinds, self._results
+        known, new_key = ids.get, self._new_key
         uses = tally.uses
         used = uses.get  # a Counter's `+=` on a new key goes through Python (`__missing__`)
         of_kind: dict = {}  # OpKind -> ops of this block of that kind
@@ -109,15 +114,22 @@ class Walker:
             # each access to op.operands / op.results builds new Python objects: once only;
             # values are keyed by ints from here on (hashing a binding's value is slow)
             operand_values = list(op.operands)
-            operands = [ids.get(v) or key_of(v) for v in operand_values]
+            operands = list(map(known, operand_values))
+            if None in operands:  # a block's argument, first read
+                operands = [key or key_of(v) for key, v in zip(operands, operand_values)]
             result_values = list(op.results)
-            results = []
-            for value in result_values:  # a new key: SSA defines a value before any use
-                self._last_key -= 1
-                key = ids[value] = self._last_key
-                results.append(key)
-            types = (result_values[0].type,) if len(result_values) == 1 else \
-                tuple([result.type for result in result_values])
+            # a new key: SSA defines a value before any use
+            if len(result_values) == 1:
+                value = result_values[0]
+                key = ids[value] = new_key()
+                results = [key]
+                types = (value.type,)
+            else:
+                results = []
+                for value in result_values:
+                    key = ids[value] = new_key()
+                    results.append(key)
+                types = tuple([result.type for result in result_values])
             res = decoded.get(types)
             if res is None:
                 res = self._decode(types)
@@ -245,11 +257,6 @@ class Walker:
             self._fuse(fusions, op, kind, inner_operands, inner_results, res, operand_values,
                        transposed, has_regions=False if kind.regionless else None)
 
-    def _new_key(self) -> int:
-        # negative: never equal to a position in `Fusions`, which keys some maps by both
-        self._last_key -= 1
-        return self._last_key
-
     def _key(self, value) -> int:
         """The int standing for an MLIR value of the walked functions."""
         key = self._ids.get(value)
@@ -363,6 +370,7 @@ class Walker:
             if weight is _UNSET:
                 weight = self._weight(kind, res, op, operand_values)
         key = None
+        merge = False
         if weight is not None or (name == "constant" and res.small):
             attributes = op.attributes
             key = (name, self._attributes(op, attributes) if len(attributes) else (),
@@ -371,9 +379,8 @@ class Walker:
             # broadcast for every scalar operand)
             if has_regions is None:
                 has_regions = bool(len(op.regions))
-            if not has_regions and fusions.merged(key, operands, results):
-                return
-        fusions.visit(operands, results, name, weight, res.rank, key, reads)
+            merge = not has_regions
+        fusions.visit(operands, results, name, weight, res.rank, key, reads, merge)
 
     def _attributes(self, op, attributes) -> tuple:
         """An op's attributes (`op.attributes`, not empty) as text, to compare ops by (the
@@ -383,8 +390,7 @@ class Walker:
         texts = self._attribute_texts
         out = []
         try:
-            for name in attributes:
-                attribute = attributes[name]
+            for name, attribute in attributes.items():
                 text = texts.get(attribute)
                 if text is None:
                     text = texts[attribute] = str(attribute)
