@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 from ..categories import (
     EXPENSIVE_HLO,
     FUSIBLE_HLO,
@@ -13,8 +15,16 @@ from ..categories import (
 from .tensors import tensor
 
 # op name -> (XLA duplicates it, it changes indexing, it fuses into one user only, it reads
-# its operands at its own index)
-_FLAGS: dict[str, tuple[bool, bool, bool, bool]] = {}
+# its operands at its own index, its result is no array read: a broadcast or an iota)
+_FLAGS: dict[str, tuple[bool, bool, bool, bool, bool]] = {}
+
+
+def _flags(name: str) -> tuple[bool, bool, bool, bool, bool]:
+    flags = (name not in UNDUPLICATED_HLO, name in INDEXING_HLO, name in SINGLE_USE_HLO,
+             name in SAME_INDEX_HLO, name in ("broadcast_in_dim", "iota"))
+    if len(_FLAGS) < 4096:  # text from a request may name any number of unknown ops
+        _FLAGS[name] = flags
+    return flags
 
 
 class _LayoutCopy:
@@ -67,10 +77,10 @@ class Fusions:
     def __init__(self, xla_cpu: bool = True, texts: dict | None = None) -> None:
         self._xla_cpu = xla_cpu
         self._producer: dict = {}  # result value -> position of its op
-        self._users: dict = {}
+        self._users: defaultdict = defaultdict(set)  # position -> its users' positions
         # ops whose result does not count as an array read (broadcasts, iotas, scalars)
         self._spread: set = set()
-        self._rank: dict = {}  # position -> rank of its first result: one per op visited
+        self._rank: list = []  # position -> rank of its first result: one per op visited
         # fusible ops: cost weight, whether XLA duplicates it, whether it changes
         # indexing, whether it reads at most one array, whether it fuses into one user only
         self._fusible: dict = {}
@@ -88,7 +98,7 @@ class Fusions:
         self._constants: set = set()
         # the arrays each op reads: a producing op's position, or the value itself for a
         # block argument (a fusion's inputs are those read from outside it)
-        self._arrays_read: dict = {}
+        self._arrays_read: list = []
 
     def visit(self, operands: list, results: list, name: str, weight: float | None,
               rank: int | None, signature=None, reads=None, merge: bool = False) -> None:
@@ -101,13 +111,12 @@ class Fusions:
         the two before fusing."""
         producer_of = self._producer
         if merge:
-            full = (signature, tuple(map(producer_of.get, operands, operands)))
-            first = self._seen.get(full)
-            if first is not None:
+            first = self._seen.setdefault(
+                (signature, tuple(map(producer_of.get, operands, operands))), results)
+            if first is not results:
                 for result, earlier in zip(results, first):
                     self.alias(result, earlier)
                 return
-            self._seen[full] = results
         ranks = self._rank
         position = len(ranks)
         producers = list(map(producer_of.get, operands))
@@ -134,31 +143,25 @@ class Fusions:
                 read.append(operand)
                 arrays += 1
                 continue
-            theirs = ranks.get(producer)
-            if producer not in spread and theirs != 0:
-                read.append(producer)
-            found = users.get(producer)
-            if found is None:
-                users[producer] = {position}
-            else:
-                found.add(position)
+            users[producer].add(position)
             # a broadcast, an iota, a scalar or a lower-rank operand is no array read
-            if producer in spread or (rank is not None and theirs is not None
-                                      and theirs < rank):
+            if producer in spread:
+                continue
+            theirs = ranks[producer]
+            if theirs != 0:
+                read.append(producer)
+            if rank is not None and theirs is not None and theirs < rank:
                 continue
             arrays += 1
-        self._arrays_read[position] = read
+        self._arrays_read.append(read)
         for result in results:
             producer_of[result] = position
-        ranks[position] = rank
-        if name in ("broadcast_in_dim", "iota") or (name == "constant" and rank == 0):
+        ranks.append(rank)
+        flags = _FLAGS.get(name) or _flags(name)
+        cheap, indexing, single_use, same_index, spreads = flags
+        if spreads or (rank == 0 and name == "constant"):
             spread.add(position)
         if weight is not None:
-            flags = _FLAGS.get(name)
-            if flags is None:
-                flags = _FLAGS[name] = (name not in UNDUPLICATED_HLO, name in INDEXING_HLO,
-                                        name in SINGLE_USE_HLO, name in SAME_INDEX_HLO)
-            cheap, indexing, single_use, same_index = flags
             self._fusible[position] = (weight, cheap, indexing, arrays <= 1,
                                        self._xla_cpu and single_use)
             if same_index:
@@ -265,17 +268,24 @@ class Fusions:
             if not users and (position in self._bypassed or every_user):
                 dead.add(position)
                 continue
-            fused = list(filter(fusion_of.__contains__, users))
             # (fusion sets are never changed once made: one may stand for several ops)
-            joined = fusion_of[fused[0]] if len(fused) == 1 else \
-                set().union(*[fusion_of[user] for user in fused])
+            if len(users) == 1:
+                for user in users:
+                    joined = fusion_of.get(user)
+                fused = 0 if joined is None else 1
+                if joined is None:
+                    joined = set()
+            else:
+                found = [fusion_of[user] for user in users if user in fusion_of]
+                fused = len(found)
+                joined = found[0] if fused == 1 else set().union(*found)
             # an op with one user fuses into it before that user is copied, and goes
             # wherever its copies go; an expensive op with several users stays whole
             # XLA's all-paths check guards only ops that read more than one array
             if single_use and (len(users) > 1 or len(joined) > 1
                                or self._reads(position, joined, fusion_of) > 1):
                 targets = {new_fusion()}
-            elif users and len(fused) == len(users) and (
+            elif users and fused == len(users) and (
                     len(joined) == 1 or duplicable(position, cheap, unary)
                     or (len(users) == 1 and (cheap or not self._xla_cpu))):
                 targets = joined
@@ -301,7 +311,7 @@ class Fusions:
                 group[3].append(signature)
         arrays_read = self._arrays_read
         for position, targets in fusion_of.items():
-            for array in arrays_read.get(position, ()):
+            for array in arrays_read[position]:
                 for fusion in targets - fusion_of.get(array, _NONE):
                     groups[fusion][4].add(array)
         return [(*group[:3], hash(tuple(sorted(group[3]))), len(group[4]))
