@@ -9,10 +9,11 @@ from ..schema import CATEGORIES, HISTOGRAM_OPS, STABLEHLO_FEATURES
 from ..sharding import sharding_summary
 from .combine import combine, kernel_sequences
 from .contractions import dot_flops
+from .inlining import InliningBudgetExceeded
 from .parse import entry_function, functions
 from .tally import FIELDS, appended, module_totals
 from .tensors import tensor
-from .walk import InliningBudgetExceeded, Walker
+from .walk import Walker
 
 
 def stablehlo_features(module, backend: str = "cpu") -> tuple[dict[str, float], dict]:

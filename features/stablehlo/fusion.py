@@ -312,7 +312,10 @@ class Fusions:
         arrays_read = self._arrays_read
         for position, targets in fusion_of.items():
             for array in arrays_read[position]:
-                for fusion in targets - fusion_of.get(array, _NONE):
+                theirs = fusion_of.get(array)
+                if theirs is targets:  # read inside the fusions it was made in
+                    continue
+                for fusion in targets if theirs is None else targets - theirs:
                     groups[fusion][4].add(array)
         return [(*group[:3], hash(tuple(sorted(group[3]))), len(group[4]))
                 for group in groups if group[0]]

@@ -7,6 +7,7 @@ import re
 
 from .contractions import dot_stats, transposed_dot_operands
 from .fusion import Fusions, fusion_weight, rank
+from .inlining import Inlining
 from .kinds import OPERAND_WEIGHTED, OpKind, Results, count_block
 from .ops import BRANCHES, Callee, Loop, Site
 from .slices import resolve, sliced_dimension
@@ -25,11 +26,7 @@ INLINE_FLOOR = 20_000
 _UNSET = object()
 
 
-class InliningBudgetExceeded(Exception):
-    """Fusing calls in place would visit more ops than `Walker.inline_budget`."""
-
-
-class Walker:
+class Walker(Inlining):
     """Tallies each function of a module once; a callee is walked when first called, so
     a caller's dependency chain can run through it. `xla_cpu`: fuse concatenates as
     XLA:CPU does (see `Fusions`).
@@ -98,7 +95,7 @@ class Walker:
         chain_to: dict = {}  # result value -> longest chain of ops ending in it
         longest = 0
         ids, key_of, kinds, decoded = self._ids, self._key, self._kinds, self._results
-        known, new_key = ids.get, self._new_key
+        known, new_key, xla_cpu = ids.get, self._new_key, self.xla_cpu
         uses = tally.uses
         used = uses.get  # a Counter's `+=` on a new key goes through Python (`__missing__`)
         of_kind: dict = {}  # OpKind -> ops of this block of that kind
@@ -147,12 +144,28 @@ class Walker:
                     self._inline(fusions, op, operands, results, depth)
                 else:
                     fusions.visit(operands, results, "call", None, rank([]))
-            else:
+            elif dot is not None and dot[1] or name == "slice":
                 reads = None
                 if name == "slice" and operand_values:
                     reads = self._slice_reads(operand_values[0], op)
                 self._fuse(fusions, op, kind, operands, results, res, operand_values,
                            None if dot is None else dot[1], reads, bool(regions))
+            else:  # `_fuse`, written out for the ops that need no layout copy (most)
+                if not kind.fusible:
+                    weight = None
+                elif xla_cpu and name in OPERAND_WEIGHTED:
+                    weight = self._weight(kind, res, op, operand_values)
+                else:
+                    weight = res.weights.get(name, _UNSET)
+                    if weight is _UNSET:
+                        weight = self._weight(kind, res, op, operand_values)
+                if weight is not None or (name == "constant" and res.small):
+                    attributes = op.attributes
+                    fusions.visit(operands, results, name, weight, res.rank,
+                                  (name, self._attributes(op, attributes)
+                                   if len(attributes) else (), res.texts), None, not regions)
+                else:
+                    fusions.visit(operands, results, name, None, res.rank)
             if kind.structural:
                 continue
             before = 0
@@ -176,20 +189,23 @@ class Walker:
                 handler = kind.handler
                 how = None if handler is None else handler(op, site)
             inner = 0  # chain inside the op's regions or its callee
-            if isinstance(how, Loop):
-                body = max((self._block(inner_block, tally, how.trips, depth + 1, "region")
-                            for region in op.regions[1:] for inner_block in region.blocks),
-                           default=0)
-                cond = max((self._block(inner_block, tally, how.trips, depth + 1, "region")
-                            for inner_block in op.regions[0].blocks), default=0)
-                longest = max(longest, _chain_end(results, chain_to, before + 1 + body + cond))
-                continue
-            if isinstance(how, Callee) and how.name in self.funcs:
-                inner = self.function(how.name).chain
-            branches = "region" if how is BRANCHES else None
-            for region in regions:
-                for inner_block in region.blocks:
-                    inner = max(inner, self._block(inner_block, tally, trips, depth, branches))
+            if how is not None or regions:  # (most ops have neither)
+                if isinstance(how, Loop):
+                    body = max((self._block(inner_block, tally, how.trips, depth + 1, "region")
+                                for region in op.regions[1:] for inner_block in region.blocks),
+                               default=0)
+                    cond = max((self._block(inner_block, tally, how.trips, depth + 1, "region")
+                                for inner_block in op.regions[0].blocks), default=0)
+                    longest = max(longest,
+                                  _chain_end(results, chain_to, before + 1 + body + cond))
+                    continue
+                if isinstance(how, Callee) and how.name in self.funcs:
+                    inner = self.function(how.name).chain
+                branches = "region" if how is BRANCHES else None
+                for region in regions:
+                    for inner_block in region.blocks:
+                        inner = max(inner,
+                                    self._block(inner_block, tally, trips, depth, branches))
             length = before + 1 + inner
             for result in results:
                 chain_to[result] = length
@@ -204,58 +220,6 @@ class Walker:
         if sequence is not None:
             tally.sequences.append((kernels, len(groups), site.callees, sequence == "body"))
         return longest
-
-    def _inline(self, fusions: Fusions, call, operands: list, results: list,
-                depth: int, stack: tuple = ()) -> None:
-        """Visit the callee of `call` into the caller's `fusions`, as XLA fuses the
-        program after inlining every call: its values get keys of their own at each call
-        (`stack`: the functions inlined around it), its arguments are the call's operands
-        and its returned values the call's results."""
-        from jax._src.lib.mlir import ir
-
-        callee = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
-        blocks = [] if callee not in self.funcs or depth >= 64 or callee in stack else \
-            [b for region in self.funcs[callee].regions for b in region.blocks]
-        if len(blocks) != 1:  # unknown, recursive or too deep: an opaque op
-            fusions.visit(operands, results, "call", None, rank([]))
-            return
-        # `_count_inlined` counted these ops already; a cycle it cut short may hide more
-        self.visited += len(blocks[0].operations)
-        if self.visited > self.inline_budget:
-            raise InliningBudgetExceeded
-        stack = stack + (callee,)
-        local = dict(zip(blocks[0].arguments, operands))
-        kinds = self._kinds
-
-        def mapped(value):
-            found = local.get(value)
-            if found is None:
-                found = local[value] = self._new_key()
-            return found
-
-        for view in blocks[0].operations:
-            op = view.operation
-            full = op.name
-            kind = kinds.get(full)
-            if kind is None:
-                kind = kinds[full] = OpKind(full, view)
-            operand_values = list(op.operands)
-            inner_operands = [mapped(v) for v in operand_values]
-            if full == "func.return":
-                for result, value in zip(results, inner_operands):
-                    fusions.alias(result, value)
-                continue
-            result_values = list(op.results)
-            inner_results = [mapped(r) for r in result_values]
-            if kind.name == "call":
-                self._inline(fusions, op, inner_operands, inner_results, depth + 1, stack)
-                continue
-            types = tuple([r.type for r in result_values])
-            res = self._results.get(types) or self._decode(types)
-            transposed = self._dot(op, operand_values, types)[1] \
-                if kind.name == "dot_general" else None
-            self._fuse(fusions, op, kind, inner_operands, inner_results, res, operand_values,
-                       transposed, has_regions=False if kind.regionless else None)
 
     def _key(self, value) -> int:
         """The int standing for an MLIR value of the walked functions."""
@@ -278,32 +242,6 @@ class Walker:
         if text is None:
             text = self._texts[mlir_type] = str(mlir_type)
         return text
-
-    def _count_inlined(self, call) -> None:
-        """Count the ops inlining `call` visits; raise `InliningBudgetExceeded` before
-        visiting any when that goes past the budget."""
-        from jax._src.lib.mlir import ir
-
-        self.inlined += self._inlined_size(ir.FlatSymbolRefAttr(call.attributes["callee"]).value)
-        if self.inlined > self.inline_budget:
-            raise InliningBudgetExceeded
-
-    def _inlined_size(self, name: str, stack: tuple = ()) -> int:
-        """Ops `_inline` visits for one call of `name` (at most: it stops 64 calls deep)."""
-        from jax._src.lib.mlir import ir
-
-        if name not in self.funcs or name in stack:
-            return 0
-        if name not in self._sizes:
-            blocks = [b for region in self.funcs[name].regions for b in region.blocks]
-            size = len(blocks[0].operations) if len(blocks) == 1 else 0
-            for view in blocks[0].operations if len(blocks) == 1 else ():
-                op = view.operation
-                if op.name == "func.call":
-                    size += self._inlined_size(
-                        ir.FlatSymbolRefAttr(op.attributes["callee"]).value, stack + (name,))
-            self._sizes[name] = size
-        return self._sizes[name]
 
     def _decode(self, types: tuple) -> Results:
         res = self._results[types] = Results([self.tensor(t) for t in types],
