@@ -64,8 +64,8 @@ class Walker(Inlining):
         self._dots: dict = {}  # a dot's dimensions and types -> (`dot_stats`, transposed)
         self._weights: dict = {}  # what an `OPERAND_WEIGHTED` op's weight depends on -> it
         self._sizes: dict[str, int] = {}  # function -> ops `_inline` visits for a call of it
-        # block -> (op, name, operand values, result values, has regions) of its ops, for
-        # `ConstantFolding` to read rather than ask the bindings again
+        # block -> (op, name, operand keys, result keys, has regions) of its ops, for
+        # `ConstantFolding` to read rather than ask the bindings again (`_key`: a value's)
         self.ops: dict = {}
 
     def function(self, name: str) -> Tally:
@@ -133,7 +133,7 @@ class Walker(Inlining):
             regions = () if kind.regionless else op.regions
             if not len(regions):
                 regions = ()
-            records.append((op, full, operand_values, result_values, bool(regions)))
+            records.append((op, full, operands, results, bool(regions)))
             dot = self._dot(op, operand_values, types) \
                 if name == "dot_general" or name == "dot" else None
             if fusions is None:
