@@ -82,7 +82,9 @@ class Fusions:
         self._spread: set = set()
         self._rank: list = []  # position -> rank of its first result: one per op visited
         # fusible ops: cost weight, whether XLA duplicates it, whether it changes
-        # indexing, whether it reads at most one array, whether it fuses into one user only
+        # indexing, whether it reads at most one array, whether it fuses into one user
+        # only, the arrays it reads (a producing op's position, or the value itself for a
+        # block argument: a fusion's inputs are those read from outside it)
         self._fusible: dict = {}
         self._bypassed: set = set()  # ops a resolved slice no longer reads through
         self._copies: dict = {}  # (value, layout) -> its layout copy for a dot
@@ -96,9 +98,6 @@ class Fusions:
         # repeats a few signatures, and texts compare and sort faster than nested tuples
         self._texts: dict = {} if texts is None else texts
         self._constants: set = set()
-        # the arrays each op reads: a producing op's position, or the value itself for a
-        # block argument (a fusion's inputs are those read from outside it)
-        self._arrays_read: list = []
 
     def visit(self, operands: list, results: list, name: str, weight: float | None,
               rank: int | None, signature=None, reads=None, merge: bool = False) -> None:
@@ -135,35 +134,38 @@ class Fusions:
             self._bypassed.add(producers[0])
             operands = [reads, *operands[1:]]
             producers = [producer_of.get(reads), *producers[1:]]
-        arrays = 0
-        read = []
         spread, users = self._spread, self._users
-        for operand, producer in zip(operands, producers):
-            if producer is None:
-                read.append(operand)
+        if weight is None:  # only a fusible op's reads are asked for (`groups`)
+            for producer in producers:
+                if producer is not None:
+                    users[producer].add(position)
+        else:
+            arrays = 0
+            read = []
+            for operand, producer in zip(operands, producers):
+                if producer is None:
+                    read.append(operand)
+                    arrays += 1
+                    continue
+                users[producer].add(position)
+                # a broadcast, an iota, a scalar or a lower-rank operand is no array read
+                if producer in spread:
+                    continue
+                theirs = ranks[producer]
+                if theirs != 0:
+                    read.append(producer)
+                if rank is not None and theirs is not None and theirs < rank:
+                    continue
                 arrays += 1
-                continue
-            users[producer].add(position)
-            # a broadcast, an iota, a scalar or a lower-rank operand is no array read
-            if producer in spread:
-                continue
-            theirs = ranks[producer]
-            if theirs != 0:
-                read.append(producer)
-            if rank is not None and theirs is not None and theirs < rank:
-                continue
-            arrays += 1
-        self._arrays_read.append(read)
         for result in results:
             producer_of[result] = position
         ranks.append(rank)
-        flags = _FLAGS.get(name) or _flags(name)
-        cheap, indexing, single_use, same_index, spreads = flags
+        cheap, indexing, single_use, same_index, spreads = _FLAGS.get(name) or _flags(name)
         if spreads or (rank == 0 and name == "constant"):
             spread.add(position)
         if weight is not None:
             self._fusible[position] = (weight, cheap, indexing, arrays <= 1,
-                                       self._xla_cpu and single_use)
+                                       self._xla_cpu and single_use, read)
             if same_index:
                 self._same_index.add(position)
 
@@ -261,8 +263,9 @@ class Fusions:
 
         users_of, ranks, signatures = self._users, self._rank, self._signature
         # positions were recorded in increasing order: the last op first
-        for position, (weight, cheap, indexing, unary, single_use) in reversed(
-                self._fusible.items()):
+        fusible = self._fusible
+        for position, (weight, cheap, indexing, unary, single_use, _) in reversed(
+                fusible.items()):
             every_user = users_of.get(position, _NONE)
             users = every_user - dead if dead else every_user
             if not users and (position in self._bypassed or every_user):
@@ -309,9 +312,8 @@ class Fusions:
                 group[1] += cost
                 group[2] += indexing
                 group[3].append(signature)
-        arrays_read = self._arrays_read
         for position, targets in fusion_of.items():
-            for array in arrays_read[position]:
+            for array in fusible[position][5]:
                 theirs = fusion_of.get(array)
                 if theirs is targets:  # read inside the fusions it was made in
                     continue

@@ -187,7 +187,11 @@ class Walker(Inlining):
                 how = None
             else:
                 handler = kind.handler
-                how = None if handler is None else handler(op, site)
+                if handler is None:
+                    how = None
+                else:
+                    site.infos = res.infos
+                    how = handler(op, site)
             inner = 0  # chain inside the op's regions or its callee
             if how is not None or regions:  # (most ops have neither)
                 if isinstance(how, Loop):
