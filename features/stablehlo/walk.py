@@ -56,7 +56,7 @@ class Walker(Inlining):
         # keys are negative: never equal to a position in `Fusions`, which keys some maps
         # by both
         self._new_key = itertools.count(-1, -1).__next__
-        self._kinds: dict[str, OpKind] = {}  # op name -> its `OpKind`
+        self._kinds: dict = {}  # op name, and op class of the bindings -> its `OpKind`
         self._results: dict[tuple, Results] = {}  # result types -> their `Results`
         self._texts: dict = {}  # MLIR type -> its text
         self._attribute_texts: dict = {}  # MLIR attribute -> its text
@@ -103,26 +103,32 @@ class Walker(Inlining):
         records = self.ops[block] = []
         for view in block.operations:
             op = view.operation
-            full = op.name
-            kind = kinds.get(full)
+            # most ops come as their own class of the bindings, which names them: the name
+            # is asked for only of ops of the generic class
+            kind = kinds.get(type(view))
             if kind is None:
-                kind = kinds[full] = OpKind(full, view)
-            name = kind.name
+                kind = self._kind(op.name, view)
+            full, name = kind.full, kind.name
             # each access to op.operands / op.results builds new Python objects: once only;
             # values are keyed by ints from here on (hashing a binding's value is slow)
             operand_values = list(op.operands)
             operands = list(map(known, operand_values))
             if None in operands:  # a block's argument, first read
                 operands = [key or key_of(v) for key, v in zip(operands, operand_values)]
-            result_values = list(op.results)
             # a new key: SSA defines a value before any use
-            if len(result_values) == 1:
-                value = result_values[0]
+            value = None
+            if kind.one_result:
+                try:
+                    value = op.result  # (cheaper than the list of results)
+                except ValueError:  # none or several: the list, for ops of this kind
+                    kind.one_result = False
+            if value is not None:
                 key = ids[value] = new_key()
                 results = [key]
                 types = (value.type,)
             else:
                 results = []
+                result_values = list(op.results)
                 for value in result_values:
                     key = ids[value] = new_key()
                     results.append(key)
@@ -224,6 +230,16 @@ class Walker(Inlining):
         if sequence is not None:
             tally.sequences.append((kernels, len(groups), site.callees, sequence == "body"))
         return longest
+
+    def _kind(self, full: str, view) -> OpKind:
+        """The `OpKind` of ops named `full`, kept by name and by the bindings' class of
+        `view` when that class is the op's own."""
+        kind = self._kinds.get(full)
+        if kind is None:
+            kind = self._kinds[full] = OpKind(full, view)
+        if getattr(type(view), "OPERATION_NAME", None) == full:
+            self._kinds[type(view)] = kind
+        return kind
 
     def _key(self, value) -> int:
         """The int standing for an MLIR value of the walked functions."""
