@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections import Counter
 
 from .contractions import dot_stats, transposed_dot_operands
 from .fusion import Fusions, fusion_weight, rank
@@ -98,8 +99,8 @@ class Walker(Inlining):
         known, new_key, xla_cpu = ids.get, self._new_key, self.xla_cpu
         uses = tally.uses
         used = uses.get  # a Counter's `+=` on a new key goes through Python (`__missing__`)
-        of_kind: dict = {}  # OpKind -> ops of this block of that kind
-        of_types: dict = {}  # Results -> ops of this block with those result types
+        of_kind: list = []  # each counted op's OpKind, then counted by kind
+        of_types: list = []  # each counted op's Results, then counted by result types
         records = self.ops[block] = []
         for view in block.operations:
             op = view.operation
@@ -183,8 +184,8 @@ class Walker(Inlining):
             # `ops.count`: what the op's kind and result types add is added per kind and
             # per types at the end of the block (`count_block`)
             tally.ops_weighted += trips
-            of_kind[kind] = of_kind.get(kind, 0) + 1
-            of_types[res] = of_types.get(res, 0) + 1
+            of_kind.append(kind)
+            of_types.append(res)
             if dot is not None:  # `contractions.dot`, from the cached stats
                 flops, matrix_vector, transposes = dot[0]
                 tally.dot_flops += trips * flops
@@ -221,7 +222,7 @@ class Walker(Inlining):
                 chain_to[result] = length
             if length > longest:
                 longest = length
-        kernels = count_block(tally, of_kind, of_types)
+        kernels = count_block(tally, Counter(of_kind), Counter(of_types))
         groups = [] if fusions is None else fusions.groups()
         # a function body's fusions hold its callees' ops (`_inline`); a loop body's and
         # a branch's are their own, and count at every call of the function they are in
