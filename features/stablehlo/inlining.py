@@ -4,7 +4,6 @@ program once it has inlined every call (`Walker`'s part that does it)."""
 from __future__ import annotations
 
 from .fusion import Fusions, rank
-from .kinds import OpKind
 
 
 class InliningBudgetExceeded(Exception):
@@ -46,17 +45,21 @@ class Inlining:
 
         for view in blocks[0].operations:
             op = view.operation
-            full = op.name
-            kind = kinds.get(full)
-            if kind is None:
-                kind = kinds[full] = OpKind(full, view)
+            kind = kinds.get(type(view)) or self._kind(op.name, view)  # as `Walker._block`
+            full = kind.full
             operand_values = list(op.operands)
             inner_operands = [mapped(v) for v in operand_values]
             if full == "func.return":
                 for result, value in zip(results, inner_operands):
                     fusions.alias(result, value)
                 continue
-            result_values = list(op.results)
+            value = None
+            if kind.one_result:
+                try:
+                    value = op.result
+                except ValueError:
+                    kind.one_result = False
+            result_values = [value] if value is not None else list(op.results)
             inner_results = [mapped(r) for r in result_values]
             if kind.name == "call":
                 self._inline(fusions, op, inner_operands, inner_results, depth + 1, stack)
