@@ -119,8 +119,9 @@ class ConstantFolding:
         # told (op, its own folds) of each op folded: where blame charges the folds
         self._on_fold = on_fold
         # block -> its ops as the StableHLO walk read them (`Walker.ops`), read again
-        # here rather than asked of the bindings a second time, their values as the ints
-        # the walk keyed them by (`key`: a value's int)
+        # here rather than asked of the bindings a second time, values as the ints the
+        # walk keyed them by (`key`: a value's int, e.g. a block argument's; none: the
+        # records hold the values themselves)
         self._ops = ops or {}
         self._key = key or (lambda value: value)
         self._short: dict[str, str] = {}  # op name -> its last part

@@ -16,7 +16,7 @@ def overhead_log(a0, a1, b: np.ndarray, added: np.ndarray, logs: np.ndarray,
     terms = np.empty((2 + m, len(logs)))
     terms[0] = a0
     terms[1] = a1 + logs @ b
-    terms[2:] = (added[:m] + added[m:2 * m] * extra).T  # each term as a column at a time
+    terms[2:] = (added[:m] + added[m:2 * m] * extra).T  # all at once, each as one by one
     return np.logaddexp.reduce(terms, axis=0)
 
 

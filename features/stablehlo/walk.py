@@ -65,8 +65,8 @@ class Walker(Inlining):
         self._dots: dict = {}  # a dot's dimensions and types -> (`dot_stats`, transposed)
         self._weights: dict = {}  # what an `OPERAND_WEIGHTED` op's weight depends on -> it
         self._sizes: dict[str, int] = {}  # function -> ops `_inline` visits for a call of it
-        # block -> (op, name, operand keys, result keys, has regions) of its ops, for
-        # `ConstantFolding` to read rather than ask the bindings again (`_key`: a value's)
+        # block -> (op, name, its operands' keys, its results' keys (`_key`), has regions)
+        # of its ops, for `ConstantFolding` to read rather than ask the bindings again
         self.ops: dict = {}
 
     def function(self, name: str) -> Tally:
