@@ -111,7 +111,7 @@ class ConstantFolding:
 
     def __init__(self, funcs: dict, tensor: Callable, dot_flops: DotFlops,
                  on_fold: Callable[[object, Folds], None] | None = None,
-                 ops: dict | None = None) -> None:
+                 ops: dict | None = None, key: Callable | None = None) -> None:
         self.funcs = funcs
         self._tensor = tensor
         self._dot_flops = dot_flops
@@ -119,8 +119,11 @@ class ConstantFolding:
         # told (op, its own folds) of each op folded: where blame charges the folds
         self._on_fold = on_fold
         # block -> its ops as the StableHLO walk read them (`Walker.ops`), read again
-        # here rather than asked of the bindings a second time
+        # here rather than asked of the bindings a second time, values as the ints the
+        # walk keyed them by (`key`: a value's int, e.g. a block argument's; none: the
+        # records hold the values themselves)
         self._ops = ops or {}
+        self._key = key or (lambda value: value)
         self._short: dict[str, str] = {}  # op name -> its last part
 
     def function(self, name: str, constant_args: tuple[bool, ...] = ()) -> tuple[Folds, tuple]:
@@ -134,7 +137,8 @@ class ConstantFolding:
         folds, returned = Folds(), ()
         for region in self.funcs[name].regions:
             for block in region.blocks:
-                constant = {arg for arg, flag in zip(block.arguments, constant_args) if flag}
+                constant = {self._key(arg)
+                            for arg, flag in zip(block.arguments, constant_args) if flag}
                 returned = self._block(block, constant, set(), folds)
         self._memo[key] = (folds, returned)
         return self._memo[key]
@@ -177,8 +181,8 @@ class ConstantFolding:
                 continue
             if (name not in NEVER_FOLDED and not constant.isdisjoint(operands)
                     and all(v in constant or v in broadcast for v in operands)):
-                ins = [self._tensor(value.type) for value in operands]
-                outs = [self._tensor(value.type) for value in results]
+                ins = [self._tensor(value.type) for value in op.operands]
+                outs = [self._tensor(value.type) for value in op.results]
                 if _within_limit(ins + outs):
                     contraction = self._dot_flops(op, name)
                     before_xla = name not in STABLEHLO_UNFOLDED and all(
@@ -202,12 +206,12 @@ class ConstantFolding:
                     continue  # a folded op's regions (a reduction's body) fold with it
             if not has_regions:
                 continue
-            carried = _sunk_constants(op, constant) if name == "while" else ()
+            carried = _sunk_constants(op, constant, self._key) if name == "while" else ()
             for region in op.regions:  # loop bodies and branches fold on their own
                 for inner in region.blocks:
                     # a sunk constant is XLA's doing: no literal to the StableHLO folders
-                    self._block(inner, {arg for arg, flag in zip(inner.arguments, carried)
-                                        if flag}, set(), folds)
+                    self._block(inner, {self._key(arg) for arg, flag
+                                        in zip(inner.arguments, carried) if flag}, set(), folds)
         return returned
 
 
@@ -229,14 +233,14 @@ def element_cost(name: str, before_xla: bool) -> float:
     return KIND_COST_IN_XLA.get(name, 1.0) * EVALUATOR_SHARE
 
 
-def _sunk_constants(while_op, constant: set) -> list[bool]:
+def _sunk_constants(while_op, constant: set, key: Callable) -> list[bool]:
     """Which of a loop's carried values are constants inside it: a constant the body
     passes through unchanged, which XLA sinks into the body before folding (JAX carries
     a loop body's captured constants this way)."""
     body = while_op.regions[1].blocks[0]
     terminator = body.operations[-1].operation
     passed = [out == arg for out, arg in zip(terminator.operands, body.arguments)]
-    return [value in constant and same for value, same in zip(while_op.operands, passed)]
+    return [key(value) in constant and same for value, same in zip(while_op.operands, passed)]
 
 
 def _within_limit(infos: list) -> bool:

@@ -75,10 +75,18 @@ class FlatForest:
     def predict(self, X: np.ndarray) -> np.ndarray:
         """Sum of the trees' leaf values plus the baseline, one value per row of `X`."""
         X = np.asarray(X, float)
+        feature, threshold, nan_left = self.feature, self.threshold, self.nan_left
+        if len(X) == 1:  # a prediction: one row, read without two-dimensional indexing
+            row, pos = X[0], self.roots
+            for _ in range(self.depth):
+                x = row[feature[pos]]
+                go_left = (x <= threshold[pos]) | (np.isnan(x) & nan_left[pos])
+                pos = np.where(go_left, self.left[pos], self.right[pos])
+            return self.baseline + self.value[pos][None, :].sum(axis=1)
         pos = np.tile(self.roots, (len(X), 1))
         rows = np.arange(len(X))[:, None]
         for _ in range(self.depth):
-            x = X[rows, self.feature[pos]]
-            go_left = (x <= self.threshold[pos]) | (np.isnan(x) & self.nan_left[pos])
+            x = X[rows, feature[pos]]
+            go_left = (x <= threshold[pos]) | (np.isnan(x) & nan_left[pos])
             pos = np.where(go_left, self.left[pos], self.right[pos])
         return self.baseline + self.value[pos].sum(axis=1)

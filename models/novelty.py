@@ -23,6 +23,8 @@ from functools import cached_property
 
 import numpy as np
 
+from .table import counts_or_zero
+
 # Nearest training rows the distance averages over. 1, 5 and 10 rank the CPU benches'
 # misses alike (Spearman of miss ratio and distance 0.36, 0.33, 0.32); the rule fitted on
 # them covers 86%, 90% and 91% of the benches with each library held out of the fit.
@@ -37,7 +39,7 @@ WIDENED_TARGETS = ("compile_seconds", "peak_rss_bytes")
 
 def log_inputs(values: np.ndarray) -> np.ndarray:
     """log(1 + count) of raw model inputs (negative and NaN counts as 0)."""
-    return np.log1p(np.nan_to_num(np.maximum(np.asarray(values, float), 0.0)))
+    return np.log1p(counts_or_zero(np.maximum(np.asarray(values, float), 0.0)))
 
 
 @dataclass(frozen=True, eq=False)

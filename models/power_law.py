@@ -13,9 +13,11 @@ def overhead_log(a0, a1, b: np.ndarray, added: np.ndarray, logs: np.ndarray,
     """log(exp(a0) + exp(a1 + logs @ b) + sum_j exp(d_j + c_j * extra_j)), with `added`
     holding the d's then the c's."""
     m = extra.shape[1]
-    terms = [np.broadcast_to(a0, len(logs)), a1 + logs @ b]
-    terms += [added[j] + added[m + j] * extra[:, j] for j in range(m)]
-    return np.logaddexp.reduce(np.stack(terms), axis=0)
+    terms = np.empty((2 + m, len(logs)))
+    terms[0] = a0
+    terms[1] = a1 + logs @ b
+    terms[2:] = (added[:m] + added[m:2 * m] * extra).T  # all at once, each as one by one
+    return np.logaddexp.reduce(terms, axis=0)
 
 
 def baseline_log(coef: np.ndarray, logs: np.ndarray, form: str,

@@ -14,6 +14,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ from .forest import FlatForest
 from .novelty import Novelty, Widening
 from .phase_shares import PhaseShares
 from .power_law import baseline_log
-from .table import Table, augment
+from .table import Table, augment, counts_or_zero
 
 TARGETS = ("compile_seconds", "peak_rss_bytes", "executable_memory_bytes")
 # Added before taking logs. Peak RSS growth of a small compile is zero or a few pages of
@@ -51,7 +52,7 @@ def from_log(target: str, values: np.ndarray) -> np.ndarray:
 
 def column_sum(table: Table, names: Sequence[str]) -> np.ndarray:
     """Each row's sum of the named columns (negative and NaN count as 0)."""
-    counts = [np.nan_to_num(np.maximum(table.column(name), 0.0)) for name in names]
+    counts = [counts_or_zero(np.maximum(table.column(name), 0.0)) for name in names]
     return np.sum(counts, axis=0) if counts else np.zeros(len(table))
 
 
@@ -175,7 +176,7 @@ class Predictor:
     def tree_columns(self, table: Table) -> list[int] | None:
         if not self.tree_exclude:
             return None
-        return [i for i, name in enumerate(table.names) if name not in self.tree_exclude]
+        return _tree_columns(table.names, tuple(self.tree_exclude))
 
     def predict_log(self, X) -> dict[str, np.ndarray]:
         """Point estimates on the modelled (log) scale, per target."""
@@ -325,6 +326,12 @@ class Predictor:
         """Read a model `save` wrote; nothing in the file is unpickled."""
         with np.load(path, allow_pickle=False) as arrays:
             return cls.from_arrays({name: arrays[name] for name in arrays.files})
+
+
+@lru_cache(maxsize=64)
+def _tree_columns(names: tuple[str, ...], exclude: tuple[str, ...]) -> list[int]:
+    # the same for every prediction of a model
+    return [i for i, name in enumerate(names) if name not in exclude]
 
 
 def _widenings(meta: Mapping) -> dict[str, Widening]:

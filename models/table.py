@@ -8,8 +8,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
+
+_LARGEST = np.finfo(float).max
+
+
+def counts_or_zero(values: np.ndarray) -> np.ndarray:
+    """`values` with NaN as 0 and +inf as the largest float: `np.nan_to_num` of an array
+    holding no -inf (its Python checks cost more than a one-row model does)."""
+    return np.where(np.isnan(values), 0.0, np.minimum(values, _LARGEST))
+
+
+@lru_cache(maxsize=256)
+def _positions(names: tuple[str, ...], wanted: tuple[str, ...]) -> list[int]:
+    # every prediction looks up the same few columns by name
+    return [names.index(name) for name in wanted]
 
 
 @dataclass(frozen=True)
@@ -44,15 +59,15 @@ class Table:
         return len(self.values)
 
     def column(self, name: str) -> np.ndarray:
-        return self.values[:, self.names.index(name)]
+        return self.values[:, _positions(self.names, (name,))[0]]
 
     def rows(self, index) -> Table:
         return Table(self.names, self.values[index])
 
     def log_counts(self, names: Sequence[str]) -> np.ndarray:
         """log(1 + count) of the named columns (negative and NaN counts as 0)."""
-        counts = self.values[:, [self.names.index(name) for name in names]]
-        return np.log1p(np.nan_to_num(np.maximum(counts, 0.0)))
+        counts = self.values[:, _positions(self.names, tuple(names))]
+        return np.log1p(counts_or_zero(np.maximum(counts, 0.0)))
 
 
 def augment(table: Table) -> Table:

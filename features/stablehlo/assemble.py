@@ -9,10 +9,11 @@ from ..schema import CATEGORIES, HISTOGRAM_OPS, STABLEHLO_FEATURES
 from ..sharding import sharding_summary
 from .combine import combine, kernel_sequences
 from .contractions import dot_flops
+from .inlining import InliningBudgetExceeded
 from .parse import entry_function, functions
 from .tally import FIELDS, appended, module_totals
 from .tensors import tensor
-from .walk import InliningBudgetExceeded, Walker
+from .walk import Walker
 
 
 def stablehlo_features(module, backend: str = "cpu") -> tuple[dict[str, float], dict]:
@@ -30,7 +31,7 @@ def stablehlo_features(module, backend: str = "cpu") -> tuple[dict[str, float], 
         tallies = {name: walker.function(name) for name in funcs}
     combined = combine(entry, tallies, {})
     folds = ConstantFolding(funcs, walker.tensor, dot_flops(walker.tensor),
-                            ops=walker.ops).function(entry)[0]
+                            ops=walker.ops, key=walker._key).function(entry)[0]
     totals = module_totals(tallies)
 
     values: dict[str, float] = dict.fromkeys(STABLEHLO_FEATURES, 0.0)

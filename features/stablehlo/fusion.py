@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 from ..categories import (
     EXPENSIVE_HLO,
     FUSIBLE_HLO,
@@ -13,8 +15,16 @@ from ..categories import (
 from .tensors import tensor
 
 # op name -> (XLA duplicates it, it changes indexing, it fuses into one user only, it reads
-# its operands at its own index)
-_FLAGS: dict[str, tuple[bool, bool, bool, bool]] = {}
+# its operands at its own index, its result is no array read: a broadcast or an iota)
+_FLAGS: dict[str, tuple[bool, bool, bool, bool, bool]] = {}
+
+
+def _flags(name: str) -> tuple[bool, bool, bool, bool, bool]:
+    flags = (name not in UNDUPLICATED_HLO, name in INDEXING_HLO, name in SINGLE_USE_HLO,
+             name in SAME_INDEX_HLO, name in ("broadcast_in_dim", "iota"))
+    if len(_FLAGS) < 4096:  # text from a request may name any number of unknown ops
+        _FLAGS[name] = flags
+    return flags
 
 
 class _LayoutCopy:
@@ -64,102 +74,100 @@ class Fusions:
     `bench/archive/fusion_emulation.md` has the history.
     """
 
-    def __init__(self, xla_cpu: bool = True) -> None:
+    def __init__(self, xla_cpu: bool = True, texts: dict | None = None) -> None:
         self._xla_cpu = xla_cpu
-        self._count = 0
         self._producer: dict = {}  # result value -> position of its op
-        self._users: dict = {}
+        self._users: defaultdict = defaultdict(set)  # position -> its users' positions
         # ops whose result does not count as an array read (broadcasts, iotas, scalars)
         self._spread: set = set()
-        self._rank: dict = {}
+        self._rank: list = []  # position -> rank of its first result: one per op visited
         # fusible ops: cost weight, whether XLA duplicates it, whether it changes
-        # indexing, whether it reads at most one array, whether it fuses into one user only
+        # indexing, whether it reads at most one array, whether it fuses into one user
+        # only, the arrays it reads (a producing op's position, or the value itself for a
+        # block argument: a fusion's inputs are those read from outside it)
         self._fusible: dict = {}
         self._bypassed: set = set()  # ops a resolved slice no longer reads through
         self._copies: dict = {}  # (value, layout) -> its layout copy for a dot
         self._same_index: set = set()  # fusible ops that read operands at their own index
-        self._seen: dict = {}  # (op kind, operands' producers) -> its results (`merged`)
-        # what makes two fusions the same kernel: each op's kind, attributes and result
-        # types, with the constants it reads (XLA:CPU compiles a repeated kernel once)
+        self._seen: dict = {}  # (op kind, operands' producers) -> its results (`visit`)
+        # what makes two fusions the same kernel: each fusible op's and constant's kind,
+        # attributes and result types, with the constants it reads (XLA:CPU compiles a
+        # repeated kernel once), as text: equal texts, equal ops
         self._signature: dict = {}
+        # signature -> its text, shared by the fusions of one walk (`texts`): a module
+        # repeats a few signatures, and texts compare and sort faster than nested tuples
+        self._texts: dict = {} if texts is None else texts
         self._constants: set = set()
-        # the arrays each op reads: a producing op's position, or the value itself for a
-        # block argument (a fusion's inputs are those read from outside it)
-        self._arrays_read: dict = {}
 
     def visit(self, operands: list, results: list, name: str, weight: float | None,
-              rank: int | None, signature=None, reads=None) -> None:
+              rank: int | None, signature=None, reads=None, merge: bool = False) -> None:
         """Record the next op of the block: its SSA values, its name, its fusion cost
         (None if it does not fuse), the rank of its first result and what tells it from
         another op of its kind (`signature`: attributes and result types). `reads`: what
         a slice reads in place of its first operand, an operand of the concatenate it
-        slices (`slices`)."""
-        position = self._count
-        self._count += 1
-        producer_of, constants, signatures = self._producer, self._constants, self._signature
-        producers = [producer_of.get(operand) for operand in operands]
-        read_constants = () if constants.isdisjoint(producers) else \
-            [producer for producer in producers if producer in constants]
-        signatures[position] = (name, signature, tuple(
-            [signatures.get(producer) for producer in read_constants])
-            if read_constants else ())
-        if name == "constant":
-            constants.add(position)
+        slices (`slices`). With `merge`, an op of the same `signature` visited before with
+        the same operands stands for this one, which is not recorded: XLA's CSE merges
+        the two before fusing."""
+        producer_of = self._producer
+        if merge:
+            first = self._seen.setdefault(
+                (signature, tuple(map(producer_of.get, operands, operands))), results)
+            if first is not results:
+                for result, earlier in zip(results, first):
+                    self.alias(result, earlier)
+                return
+        ranks = self._rank
+        position = len(ranks)
+        producers = list(map(producer_of.get, operands))
+        if weight is not None or name == "constant":
+            constants, signatures = self._constants, self._signature
+            full = (name, signature, tuple([signatures[producer] for producer in producers
+                                            if producer in constants])
+                    if not constants.isdisjoint(producers) else ())
+            text = self._texts.get(full)
+            if text is None:
+                text = self._texts[full] = repr(full)
+            signatures[position] = text
+            if name == "constant":
+                constants.add(position)
         if reads is not None:
             self._bypassed.add(producers[0])
             operands = [reads, *operands[1:]]
             producers = [producer_of.get(reads), *producers[1:]]
-        arrays = 0
-        read = []
-        spread, ranks, users = self._spread, self._rank, self._users
-        for operand, producer in zip(operands, producers):
-            if producer is None:
-                read.append(operand)
+        spread, users = self._spread, self._users
+        if weight is None:  # only a fusible op's reads are asked for (`groups`)
+            for producer in producers:
+                if producer is not None:
+                    users[producer].add(position)
+        else:
+            arrays = 0
+            read = []
+            for operand, producer in zip(operands, producers):
+                if producer is None:
+                    read.append(operand)
+                    arrays += 1
+                    continue
+                users[producer].add(position)
+                # a broadcast, an iota, a scalar or a lower-rank operand is no array read
+                if producer in spread:
+                    continue
+                theirs = ranks[producer]
+                if theirs != 0:
+                    read.append(producer)
+                if rank is not None and theirs is not None and theirs < rank:
+                    continue
                 arrays += 1
-                continue
-            theirs = ranks.get(producer)
-            if producer not in spread and theirs != 0:
-                read.append(producer)
-            found = users.get(producer)
-            if found is None:
-                users[producer] = {position}
-            else:
-                found.add(position)
-            # a broadcast, an iota, a scalar or a lower-rank operand is no array read
-            if producer in spread or (rank is not None and theirs is not None
-                                      and theirs < rank):
-                continue
-            arrays += 1
-        self._arrays_read[position] = read
         for result in results:
             producer_of[result] = position
-        ranks[position] = rank
-        if name in ("broadcast_in_dim", "iota") or (name == "constant" and rank == 0):
+        ranks.append(rank)
+        cheap, indexing, single_use, same_index, spreads = _FLAGS.get(name) or _flags(name)
+        if spreads or (rank == 0 and name == "constant"):
             spread.add(position)
         if weight is not None:
-            flags = _FLAGS.get(name)
-            if flags is None:
-                flags = _FLAGS[name] = (name not in UNDUPLICATED_HLO, name in INDEXING_HLO,
-                                        name in SINGLE_USE_HLO, name in SAME_INDEX_HLO)
-            cheap, indexing, single_use, same_index = flags
             self._fusible[position] = (weight, cheap, indexing, arrays <= 1,
-                                       self._xla_cpu and single_use)
+                                       self._xla_cpu and single_use, read)
             if same_index:
                 self._same_index.add(position)
-
-    def merged(self, key, operands: list, results: list) -> bool:
-        """Whether an op like this one (`key`: its name, attributes and result types) was
-        visited with the same operands; if so its results stand for `results` (XLA's CSE
-        merges the two before fusing)."""
-        producer_of = self._producer
-        full = (key, tuple([producer_of.get(operand, operand) for operand in operands]))
-        first = self._seen.get(full)
-        if first is None:
-            self._seen[full] = results
-            return False
-        for result, earlier in zip(results, first):
-            self.alias(result, earlier)
-        return True
 
     def layout_copy(self, value, layout, rank: int | None, value_type: str = ""):
         """The copy of `value` (of type `value_type`) in `layout` that XLA:CPU makes for a
@@ -254,24 +262,33 @@ class Fusions:
             return len(groups) - 1
 
         users_of, ranks, signatures = self._users, self._rank, self._signature
-        for position in sorted(self._fusible, reverse=True):
-            weight, cheap, indexing, unary, single_use = self._fusible[position]
+        # positions were recorded in increasing order: the last op first
+        fusible = self._fusible
+        for position, (weight, cheap, indexing, unary, single_use, _) in reversed(
+                fusible.items()):
             every_user = users_of.get(position, _NONE)
             users = every_user - dead if dead else every_user
             if not users and (position in self._bypassed or every_user):
                 dead.add(position)
                 continue
-            fused = [user for user in users if user in fusion_of]
             # (fusion sets are never changed once made: one may stand for several ops)
-            joined = fusion_of[fused[0]] if len(fused) == 1 else \
-                set().union(*[fusion_of[user] for user in fused])
+            if len(users) == 1:
+                for user in users:
+                    joined = fusion_of.get(user)
+                fused = 0 if joined is None else 1
+                if joined is None:
+                    joined = set()
+            else:
+                found = [fusion_of[user] for user in users if user in fusion_of]
+                fused = len(found)
+                joined = found[0] if fused == 1 else set().union(*found)
             # an op with one user fuses into it before that user is copied, and goes
             # wherever its copies go; an expensive op with several users stays whole
             # XLA's all-paths check guards only ops that read more than one array
             if single_use and (len(users) > 1 or len(joined) > 1
                                or self._reads(position, joined, fusion_of) > 1):
                 targets = {new_fusion()}
-            elif users and len(fused) == len(users) and (
+            elif users and fused == len(users) and (
                     len(joined) == 1 or duplicable(position, cheap, unary)
                     or (len(users) == 1 and (cheap or not self._xla_cpu))):
                 targets = joined
@@ -295,21 +312,15 @@ class Fusions:
                 group[1] += cost
                 group[2] += indexing
                 group[3].append(signature)
-        arrays_read = self._arrays_read
         for position, targets in fusion_of.items():
-            for array in arrays_read.get(position, ()):
-                for fusion in targets - fusion_of.get(array, _NONE):
+            for array in fusible[position][5]:
+                theirs = fusion_of.get(array)
+                if theirs is targets:  # read inside the fusions it was made in
+                    continue
+                for fusion in targets if theirs is None else targets - theirs:
                     groups[fusion][4].add(array)
-        texts: dict = {}  # signature -> its repr (ops repeat a few signatures)
-
-        def text(signature) -> str:
-            found = texts.get(signature)
-            if found is None:
-                found = texts[signature] = repr(signature)
-            return found
-
-        return [(*group[:3], hash(tuple(sorted([text(sig) for sig in group[3]]))),
-                 len(group[4])) for group in groups if group[0]]
+        return [(*group[:3], hash(tuple(sorted(group[3]))), len(group[4]))
+                for group in groups if group[0]]
 
 
 def fusion_weight(name: str, infos: list, op=None, xla_cpu: bool = True,

@@ -18,12 +18,15 @@ OPERAND_WEIGHTED = frozenset({"concatenate", "convert", "broadcast_in_dim"})
 
 class OpKind:
     """An op name's part of the walk: its short name, whether it is structural (counted
-    nowhere), a kernel of its own unfused, its category and handler."""
+    nowhere), a kernel of its own unfused, its category and handler; `one_result`: no op
+    of the kind has been seen with another count of results (a walk's own record)."""
 
-    __slots__ = ("name", "structural", "kernel", "category", "handler", "fusible",
-                 "regionless")
+    __slots__ = ("full", "name", "structural", "kernel", "category", "handler", "fusible",
+                 "regionless", "one_result")
 
     def __init__(self, full: str, view=None) -> None:
+        self.full = full
+        self.one_result = True
         self.name = name = short_name(full)
         # the bindings' class of the op declares a fixed count of regions: none, for most
         # ops, whose regions then need not be asked for

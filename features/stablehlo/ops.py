@@ -20,13 +20,15 @@ NOT_KERNELS = frozenset({"constant", "call", "tuple", "get_tuple_element",
 
 class Site:
     """Where the ops of a block run: the tally they add to, how often and in how many loops
-    the block runs, the callees it calls, and the walk's cached type decoder."""
+    the block runs, the callees it calls, and the walk's cached type decoder; `infos`: the
+    decoded result types of the op handled now, when the walk has them (else None)."""
 
-    __slots__ = ("tally", "trips", "depth", "callees", "tensor")
+    __slots__ = ("tally", "trips", "depth", "callees", "tensor", "infos")
 
     def __init__(self, tally: Tally, trips: float, depth: int, tensor) -> None:
         self.tally, self.trips, self.depth, self.tensor = tally, trips, depth, tensor
         self.callees: list[str] = []
+        self.infos: list | None = None
 
 
 # What a handler returns says how the walk goes on into the op; None: its regions are
@@ -117,7 +119,7 @@ def _custom_call(op, site: Site) -> None:
 
 def _constant(op, site: Site) -> None:
     site.tally.constants += 1
-    size = dense_bytes(op, site.tensor(op.result.type))
+    size = dense_bytes(op, site.infos[0] if site.infos else site.tensor(op.result.type))
     if size:
         site.tally.dense_constant_bytes += size
         site.tally.largest_constant = max(site.tally.largest_constant, size)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections import Counter
 
 from .contractions import dot_stats, transposed_dot_operands
 from .fusion import Fusions, fusion_weight, rank
+from .inlining import Inlining
 from .kinds import OPERAND_WEIGHTED, OpKind, Results, count_block
 from .ops import BRANCHES, Callee, Loop, Site
 from .slices import resolve, sliced_dimension
@@ -24,11 +27,7 @@ INLINE_FLOOR = 20_000
 _UNSET = object()
 
 
-class InliningBudgetExceeded(Exception):
-    """Fusing calls in place would visit more ops than `Walker.inline_budget`."""
-
-
-class Walker:
+class Walker(Inlining):
     """Tallies each function of a module once; a callee is walked when first called, so
     a caller's dependency chain can run through it. `xla_cpu`: fuse concatenates as
     XLA:CPU does (see `Fusions`).
@@ -55,16 +54,19 @@ class Walker:
             for region in op.regions for block in region.blocks))
         self.inlined = self.visited = 0
         self._ids: dict = {}  # MLIR value -> its key (`_key`)
-        self._last_key = 0
-        self._kinds: dict[str, OpKind] = {}  # op name -> its `OpKind`
+        # keys are negative: never equal to a position in `Fusions`, which keys some maps
+        # by both
+        self._new_key = itertools.count(-1, -1).__next__
+        self._kinds: dict = {}  # op name, and op class of the bindings -> its `OpKind`
         self._results: dict[tuple, Results] = {}  # result types -> their `Results`
         self._texts: dict = {}  # MLIR type -> its text
         self._attribute_texts: dict = {}  # MLIR attribute -> its text
+        self._signature_texts: dict = {}  # fusion signature -> its text (`Fusions`)
         self._dots: dict = {}  # a dot's dimensions and types -> (`dot_stats`, transposed)
         self._weights: dict = {}  # what an `OPERAND_WEIGHTED` op's weight depends on -> it
         self._sizes: dict[str, int] = {}  # function -> ops `_inline` visits for a call of it
-        # block -> (op, name, operand values, result values, has regions) of its ops, for
-        # `ConstantFolding` to read rather than ask the bindings again
+        # block -> (op, name, its operands' keys, its results' keys (`_key`), has regions)
+        # of its ops, for `ConstantFolding` to read rather than ask the bindings again
         self.ops: dict = {}
 
     def function(self, name: str) -> Tally:
@@ -89,42 +91,56 @@ class Walker:
         """
         # Callees and loop bodies are walked here, not in the handlers, so that a chain of
         # calls costs two Python frames a call, as many as RecursionError allowed before.
-        fusions = Fusions(self.xla_cpu) if fuse else None
+        fusions = Fusions(self.xla_cpu, self._signature_texts) if fuse else None
         site = Site(tally, trips, depth, self.tensor)
         chain_to: dict = {}  # result value -> longest chain of ops ending in it
         longest = 0
         ids, key_of, kinds, decoded = self._ids, self._key, self._kinds, self._results
+        known, new_key, xla_cpu = ids.get, self._new_key, self.xla_cpu
         uses = tally.uses
         used = uses.get  # a Counter's `+=` on a new key goes through Python (`__missing__`)
-        of_kind: dict = {}  # OpKind -> ops of this block of that kind
-        of_types: dict = {}  # Results -> ops of this block with those result types
+        of_kind: list = []  # each counted op's OpKind, then counted by kind
+        of_types: list = []  # each counted op's Results, then counted by result types
         records = self.ops[block] = []
         for view in block.operations:
             op = view.operation
-            full = op.name
-            kind = kinds.get(full)
+            # most ops come as their own class of the bindings, which names them: the name
+            # is asked for only of ops of the generic class
+            kind = kinds.get(type(view))
             if kind is None:
-                kind = kinds[full] = OpKind(full, view)
-            name = kind.name
+                kind = self._kind(op.name, view)
+            full, name = kind.full, kind.name
             # each access to op.operands / op.results builds new Python objects: once only;
             # values are keyed by ints from here on (hashing a binding's value is slow)
             operand_values = list(op.operands)
-            operands = [ids.get(v) or key_of(v) for v in operand_values]
-            result_values = list(op.results)
-            results = []
-            for value in result_values:  # a new key: SSA defines a value before any use
-                self._last_key -= 1
-                key = ids[value] = self._last_key
-                results.append(key)
-            types = (result_values[0].type,) if len(result_values) == 1 else \
-                tuple([result.type for result in result_values])
+            operands = list(map(known, operand_values))
+            if None in operands:  # a block's argument, first read
+                operands = [key or key_of(v) for key, v in zip(operands, operand_values)]
+            # a new key: SSA defines a value before any use
+            value = None
+            if kind.one_result:
+                try:
+                    value = op.result  # (cheaper than the list of results)
+                except ValueError:  # none or several: the list, for ops of this kind
+                    kind.one_result = False
+            if value is not None:
+                key = ids[value] = new_key()
+                results = [key]
+                types = (value.type,)
+            else:
+                results = []
+                result_values = list(op.results)
+                for value in result_values:
+                    key = ids[value] = new_key()
+                    results.append(key)
+                types = tuple([result.type for result in result_values])
             res = decoded.get(types)
             if res is None:
                 res = self._decode(types)
             regions = () if kind.regionless else op.regions
             if not len(regions):
                 regions = ()
-            records.append((op, full, operand_values, result_values, bool(regions)))
+            records.append((op, full, operands, results, bool(regions)))
             dot = self._dot(op, operand_values, types) \
                 if name == "dot_general" or name == "dot" else None
             if fusions is None:
@@ -135,12 +151,28 @@ class Walker:
                     self._inline(fusions, op, operands, results, depth)
                 else:
                     fusions.visit(operands, results, "call", None, rank([]))
-            else:
+            elif dot is not None and dot[1] or name == "slice":
                 reads = None
                 if name == "slice" and operand_values:
                     reads = self._slice_reads(operand_values[0], op)
                 self._fuse(fusions, op, kind, operands, results, res, operand_values,
                            None if dot is None else dot[1], reads, bool(regions))
+            else:  # `_fuse`, written out for the ops that need no layout copy (most)
+                if not kind.fusible:
+                    weight = None
+                elif xla_cpu and name in OPERAND_WEIGHTED:
+                    weight = self._weight(kind, res, op, operand_values)
+                else:
+                    weight = res.weights.get(name, _UNSET)
+                    if weight is _UNSET:
+                        weight = self._weight(kind, res, op, operand_values)
+                if weight is not None or (name == "constant" and res.small):
+                    attributes = op.attributes
+                    fusions.visit(operands, results, name, weight, res.rank,
+                                  (name, self._attributes(op, attributes)
+                                   if len(attributes) else (), res.texts), None, not regions)
+                else:
+                    fusions.visit(operands, results, name, None, res.rank)
             if kind.structural:
                 continue
             before = 0
@@ -152,8 +184,8 @@ class Walker:
             # `ops.count`: what the op's kind and result types add is added per kind and
             # per types at the end of the block (`count_block`)
             tally.ops_weighted += trips
-            of_kind[kind] = of_kind.get(kind, 0) + 1
-            of_types[res] = of_types.get(res, 0) + 1
+            of_kind.append(kind)
+            of_types.append(res)
             if dot is not None:  # `contractions.dot`, from the cached stats
                 flops, matrix_vector, transposes = dot[0]
                 tally.dot_flops += trips * flops
@@ -162,28 +194,35 @@ class Walker:
                 how = None
             else:
                 handler = kind.handler
-                how = None if handler is None else handler(op, site)
+                if handler is None:
+                    how = None
+                else:
+                    site.infos = res.infos
+                    how = handler(op, site)
             inner = 0  # chain inside the op's regions or its callee
-            if isinstance(how, Loop):
-                body = max((self._block(inner_block, tally, how.trips, depth + 1, "region")
-                            for region in op.regions[1:] for inner_block in region.blocks),
-                           default=0)
-                cond = max((self._block(inner_block, tally, how.trips, depth + 1, "region")
-                            for inner_block in op.regions[0].blocks), default=0)
-                longest = max(longest, _chain_end(results, chain_to, before + 1 + body + cond))
-                continue
-            if isinstance(how, Callee) and how.name in self.funcs:
-                inner = self.function(how.name).chain
-            branches = "region" if how is BRANCHES else None
-            for region in regions:
-                for inner_block in region.blocks:
-                    inner = max(inner, self._block(inner_block, tally, trips, depth, branches))
+            if how is not None or regions:  # (most ops have neither)
+                if isinstance(how, Loop):
+                    body = max((self._block(inner_block, tally, how.trips, depth + 1, "region")
+                                for region in op.regions[1:] for inner_block in region.blocks),
+                               default=0)
+                    cond = max((self._block(inner_block, tally, how.trips, depth + 1, "region")
+                                for inner_block in op.regions[0].blocks), default=0)
+                    longest = max(longest,
+                                  _chain_end(results, chain_to, before + 1 + body + cond))
+                    continue
+                if isinstance(how, Callee) and how.name in self.funcs:
+                    inner = self.function(how.name).chain
+                branches = "region" if how is BRANCHES else None
+                for region in regions:
+                    for inner_block in region.blocks:
+                        inner = max(inner,
+                                    self._block(inner_block, tally, trips, depth, branches))
             length = before + 1 + inner
             for result in results:
                 chain_to[result] = length
             if length > longest:
                 longest = length
-        kernels = count_block(tally, of_kind, of_types)
+        kernels = count_block(tally, Counter(of_kind), Counter(of_types))
         groups = [] if fusions is None else fusions.groups()
         # a function body's fusions hold its callees' ops (`_inline`); a loop body's and
         # a branch's are their own, and count at every call of the function they are in
@@ -193,62 +232,15 @@ class Walker:
             tally.sequences.append((kernels, len(groups), site.callees, sequence == "body"))
         return longest
 
-    def _inline(self, fusions: Fusions, call, operands: list, results: list,
-                depth: int, stack: tuple = ()) -> None:
-        """Visit the callee of `call` into the caller's `fusions`, as XLA fuses the
-        program after inlining every call: its values get keys of their own at each call
-        (`stack`: the functions inlined around it), its arguments are the call's operands
-        and its returned values the call's results."""
-        from jax._src.lib.mlir import ir
-
-        callee = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
-        blocks = [] if callee not in self.funcs or depth >= 64 or callee in stack else \
-            [b for region in self.funcs[callee].regions for b in region.blocks]
-        if len(blocks) != 1:  # unknown, recursive or too deep: an opaque op
-            fusions.visit(operands, results, "call", None, rank([]))
-            return
-        # `_count_inlined` counted these ops already; a cycle it cut short may hide more
-        self.visited += len(blocks[0].operations)
-        if self.visited > self.inline_budget:
-            raise InliningBudgetExceeded
-        stack = stack + (callee,)
-        local = dict(zip(blocks[0].arguments, operands))
-        kinds = self._kinds
-
-        def mapped(value):
-            found = local.get(value)
-            if found is None:
-                found = local[value] = self._new_key()
-            return found
-
-        for view in blocks[0].operations:
-            op = view.operation
-            full = op.name
-            kind = kinds.get(full)
-            if kind is None:
-                kind = kinds[full] = OpKind(full, view)
-            operand_values = list(op.operands)
-            inner_operands = [mapped(v) for v in operand_values]
-            if full == "func.return":
-                for result, value in zip(results, inner_operands):
-                    fusions.alias(result, value)
-                continue
-            result_values = list(op.results)
-            inner_results = [mapped(r) for r in result_values]
-            if kind.name == "call":
-                self._inline(fusions, op, inner_operands, inner_results, depth + 1, stack)
-                continue
-            types = tuple([r.type for r in result_values])
-            res = self._results.get(types) or self._decode(types)
-            transposed = self._dot(op, operand_values, types)[1] \
-                if kind.name == "dot_general" else None
-            self._fuse(fusions, op, kind, inner_operands, inner_results, res, operand_values,
-                       transposed, has_regions=False if kind.regionless else None)
-
-    def _new_key(self) -> int:
-        # negative: never equal to a position in `Fusions`, which keys some maps by both
-        self._last_key -= 1
-        return self._last_key
+    def _kind(self, full: str, view) -> OpKind:
+        """The `OpKind` of ops named `full`, kept by name and by the bindings' class of
+        `view` when that class is the op's own."""
+        kind = self._kinds.get(full)
+        if kind is None:
+            kind = self._kinds[full] = OpKind(full, view)
+        if getattr(type(view), "OPERATION_NAME", None) == full:
+            self._kinds[type(view)] = kind
+        return kind
 
     def _key(self, value) -> int:
         """The int standing for an MLIR value of the walked functions."""
@@ -271,32 +263,6 @@ class Walker:
         if text is None:
             text = self._texts[mlir_type] = str(mlir_type)
         return text
-
-    def _count_inlined(self, call) -> None:
-        """Count the ops inlining `call` visits; raise `InliningBudgetExceeded` before
-        visiting any when that goes past the budget."""
-        from jax._src.lib.mlir import ir
-
-        self.inlined += self._inlined_size(ir.FlatSymbolRefAttr(call.attributes["callee"]).value)
-        if self.inlined > self.inline_budget:
-            raise InliningBudgetExceeded
-
-    def _inlined_size(self, name: str, stack: tuple = ()) -> int:
-        """Ops `_inline` visits for one call of `name` (at most: it stops 64 calls deep)."""
-        from jax._src.lib.mlir import ir
-
-        if name not in self.funcs or name in stack:
-            return 0
-        if name not in self._sizes:
-            blocks = [b for region in self.funcs[name].regions for b in region.blocks]
-            size = len(blocks[0].operations) if len(blocks) == 1 else 0
-            for view in blocks[0].operations if len(blocks) == 1 else ():
-                op = view.operation
-                if op.name == "func.call":
-                    size += self._inlined_size(
-                        ir.FlatSymbolRefAttr(op.attributes["callee"]).value, stack + (name,))
-            self._sizes[name] = size
-        return self._sizes[name]
 
     def _decode(self, types: tuple) -> Results:
         res = self._results[types] = Results([self.tensor(t) for t in types],
@@ -363,6 +329,7 @@ class Walker:
             if weight is _UNSET:
                 weight = self._weight(kind, res, op, operand_values)
         key = None
+        merge = False
         if weight is not None or (name == "constant" and res.small):
             attributes = op.attributes
             key = (name, self._attributes(op, attributes) if len(attributes) else (),
@@ -371,9 +338,8 @@ class Walker:
             # broadcast for every scalar operand)
             if has_regions is None:
                 has_regions = bool(len(op.regions))
-            if not has_regions and fusions.merged(key, operands, results):
-                return
-        fusions.visit(operands, results, name, weight, res.rank, key, reads)
+            merge = not has_regions
+        fusions.visit(operands, results, name, weight, res.rank, key, reads, merge)
 
     def _attributes(self, op, attributes) -> tuple:
         """An op's attributes (`op.attributes`, not empty) as text, to compare ops by (the
@@ -383,8 +349,7 @@ class Walker:
         texts = self._attribute_texts
         out = []
         try:
-            for name in attributes:
-                attribute = attributes[name]
+            for name, attribute in attributes.items():
                 text = texts.get(attribute)
                 if text is None:
                     text = texts[attribute] = str(attribute)
