@@ -91,3 +91,19 @@ def test_each_calibrations_bar_figures_follow_from_its_programs(report):
     case = next(c for c in report["cases"] if (c["run"], c["calibration"]) ==
                 ("outside_libraries", "before"))
     assert first["bias"] == pytest.approx(case["candidates"]["model_ratio"] / case["needed"])
+
+
+def test_the_outside_bench_applies_the_model_ratio_calibrate_applies(report):
+    """A run whose calibration record was written without the model gets its model ratio
+    recomputed, equal to the one this bench derives from the same record."""
+    from conftest import bench_module
+
+    from costmodel.models import load_default
+
+    outside = bench_module("outside_libraries")
+    run = ROOT / "bench/data/outside_libraries"
+    ratio = outside.model_ratio_before(run, load_default("cpu"))
+    case = next(c for c in report["cases"] if (c["run"], c["calibration"]) ==
+                ("outside_libraries", "before"))
+    assert ratio == pytest.approx(case["candidates"]["model_ratio"])
+    assert ratio == pytest.approx(1.167, abs=1e-3)

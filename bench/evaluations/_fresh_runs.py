@@ -9,7 +9,7 @@ parquet (`costmodel export`), which is what gets committed.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -34,15 +34,17 @@ def measured_keys(out: Path) -> set[str]:
 
 
 def measure_between_calibrations(out: Path, programs: Sequence[tuple[str, dict]],
-                                 manifest: Mapping, rounds: int, modules: tuple[str, ...] = (),
+                                 model, rounds: int, modules: tuple[str, ...] = (),
                                  timeout: float = 600.0) -> None:
-    """Calibrate (unless a run already did), measure each `(family, params)` not measured
-    yet with three repeats in its own process, then calibrate again. `modules` register
-    families the corpus does not (imported by each measurement process too)."""
+    """Calibrate against `model` (an Artifact: its predictions of the set give the model
+    ratio `costmodel calibrate` applies) unless a run already did, measure each `(family,
+    params)` not measured yet with three repeats in its own process, then calibrate again.
+    `modules` register families the corpus does not (imported by each measurement process
+    too)."""
     if not (out / CALIBRATION_BEFORE).exists():
-        calibrate(path=out / CALIBRATION_BEFORE, manifest=manifest, rounds=rounds)
+        calibrate(path=out / CALIBRATION_BEFORE, model=model, rounds=rounds)
     measure_rows(out, programs, modules=modules, timeout=timeout)
-    calibrate(path=out / CALIBRATION_AFTER, manifest=manifest, rounds=rounds)
+    calibrate(path=out / CALIBRATION_AFTER, model=model, rounds=rounds)
 
 
 def measure_rows(out: Path, programs: Sequence[tuple[str, dict]], backend: str = "cpu",

@@ -106,7 +106,7 @@ def measure(out: Path, count: int, max_seconds: float, synthetic: bool = False,
           f"compiles, on {environment()['cpu_model']} x{environment()['cpu_count']}", flush=True)
     programs = [(record["family"], json.loads(record["params"]))
                 for record in chosen.to_dict("records")]
-    measure_between_calibrations(out, programs, load_default("cpu").manifest, rounds)
+    measure_between_calibrations(out, programs, load_default("cpu"), rounds)
 
 
 def _scores(predicted: np.ndarray, measured: np.ndarray) -> dict:

@@ -45,7 +45,7 @@ from costmodel.models.predictor import LOG_OFFSETS
 from costmodel.training.evaluation import metrics
 from costmodel.training.evaluation.outside import speed_scale
 from costmodel.training.fitting.fit import features_frame
-from costmodel.training.measure.calibrate import ROUNDS
+from costmodel.training.measure.calibrate import ROUNDS, model_ratio_scale
 
 PROGRAMS_FILE = Path(__file__).with_name("outside_programs.py")
 
@@ -60,7 +60,7 @@ def measure(out: Path, rounds: int, only: list[str] | None = None, target: str =
     if target:
         measure_rows(out, programs, "gpu", target, modules=modules)
     else:
-        measure_between_calibrations(out, programs, load_default("cpu").manifest, rounds,
+        measure_between_calibrations(out, programs, load_default("cpu"), rounds,
                                      modules=modules)
 
 
@@ -72,6 +72,19 @@ def reference_here(out: Path, rows, target: str) -> tuple[float, str]:
         return float(np.median(rows["ref_seconds"])), "the reference beside each program"
     record = json.loads((out / CALIBRATION_BEFORE).read_text())
     return here_reference(record), "costmodel calibrate before the programs"
+
+
+def model_ratio_before(out: Path, artifact) -> float | None:
+    """The model ratio of the calibration before the programs: the record's own, or, for
+    records written without the model, recomputed from the set's seconds there and the
+    model's predictions of the set from its training rows' features (the same features)."""
+    record = json.loads((out / CALIBRATION_BEFORE).read_text())
+    if (record.get("candidates") or {}).get("model_ratio"):
+        return float(record["candidates"]["model_ratio"])
+    from calibration_choice import set_predictions
+
+    here = {name: p["here"] for name, p in record["programs"].items()}
+    return model_ratio_scale(here, set_predictions(artifact))
 
 
 def scores(predicted: np.ndarray, measured: np.ndarray, lo: np.ndarray | None = None,
@@ -106,7 +119,10 @@ def score(out: Path, target: str = "") -> dict:
     artifact = load_default(backend, target)
     rows = read_measured(out, backend, target).sort_values("compile_seconds").reset_index(drop=True)
     reference, scale_from = reference_here(out, rows, target)
-    scale = speed_scale(artifact, reference)  # what `costmodel calibrate` applies
+    scale = speed_scale(artifact, reference)  # the reference speed
+    ratio = None if target else model_ratio_before(out, artifact)
+    if ratio:  # what `costmodel calibrate` applies
+        scale, scale_from = ratio, "costmodel calibrate before the programs (model ratio)"
     inputs = features_frame(rows).to_dict("records")
     predicted = artifact.predict(inputs)
     seconds = rows["compile_seconds"].to_numpy(float)
