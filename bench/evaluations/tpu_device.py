@@ -48,8 +48,9 @@ def select(rows, n: int, seed: int = 0, exclude=()) -> list[int]:
     ok = rows[(rows["status"] == "ok") & ~rows["key"].isin(set(exclude))].copy()
     ok["lib"] = ok["library"].fillna("").replace("", "synthetic")
     real = ok[ok["lib"] != "synthetic"]
-    share = {lib: max(1, round(n * 0.8 * len(group) / len(real)))
+    share = {lib: min(len(group), max(1, round(n * 0.8 * len(group) / len(real))))
              for lib, group in real.groupby("lib")}
+    # what the real libraries cannot fill (most of them measured already) goes to the rest
     share["synthetic"] = max(1, n - sum(share.values()))
     picked = []
     for lib, group in ok.groupby("lib"):
