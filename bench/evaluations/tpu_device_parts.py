@@ -75,9 +75,7 @@ def main() -> None:
     out["model_against_measured_here"] = _folds((gap - np.median(gap[has]))[has])
 
     step = dc.held_out(p)
-    with dc._one_thread():
-        held = dp.held_out_parts(parts, dp.inputs_of(p.frame), libs)
-    by_parts = dp.held_out_log_seconds(held, chip, libs) - base
+    by_parts, held = dc.held_out_by_parts(p, parts)
     out["factors_all"] = dict(zip(PARTS, dp.fit_factors(held, chip).round(4).tolist()))
     for w in WEIGHTS:
         out[f"blend_{w}"] = _folds((p.y - ((1 - w) * step + w * by_parts))[real])

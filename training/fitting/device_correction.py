@@ -153,6 +153,16 @@ def held_out(p: Pairs) -> np.ndarray:
     return out
 
 
+def held_out_by_parts(p: Pairs, parts: device_parts.PartRows) -> tuple[np.ndarray, np.ndarray]:
+    """(log correction by the part models alone, the programs' part seconds), each program
+    from part models and factors fitted without its library."""
+    libs, chip = p.frame["library"].to_numpy(), p.frame["device"].to_numpy(float)
+    with _one_thread():
+        held = device_parts.held_out_parts(parts, device_parts.inputs_of(p.frame), libs)
+    return (device_parts.held_out_log_seconds(held, chip, libs)
+            - np.log(p.frame["base"].to_numpy(float))), held
+
+
 def held_out_correction(p: Pairs, parts: device_parts.PartRows | None = None
                         ) -> tuple[np.ndarray, np.ndarray | None]:
     """(log correction of each program fitted without its library, the programs' held-out
@@ -160,11 +170,7 @@ def held_out_correction(p: Pairs, parts: device_parts.PartRows | None = None
     step = held_out(p)
     if parts is None:
         return step, None
-    libs, chip = p.frame["library"].to_numpy(), p.frame["device"].to_numpy(float)
-    with _one_thread():
-        held = device_parts.held_out_parts(parts, device_parts.inputs_of(p.frame), libs)
-    by_parts = (device_parts.held_out_log_seconds(held, chip, libs)
-                - np.log(p.frame["base"].to_numpy(float)))
+    by_parts, held = held_out_by_parts(p, parts)
     return (1 - device_parts.WEIGHT) * step + device_parts.WEIGHT * by_parts, held
 
 
@@ -264,11 +270,12 @@ def spearman(a, b) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def fit(p: Pairs, about: dict, parts: device_parts.PartRows | None = None
-        ) -> DeviceCorrection:
-    """The step (and part models) fitted on every program; interval from held-out residuals."""
+def fit(p: Pairs, about: dict, parts: device_parts.PartRows | None = None,
+        held_out_figures: tuple | None = None) -> DeviceCorrection:
+    """The step (and part models) fitted on every program; interval from held-out residuals.
+    `held_out_figures`: what `held_out_correction(p, parts)` gave, if already computed."""
+    correction, held = held_out_figures or held_out_correction(p, parts)
     with _one_thread():
-        correction, held = held_out_correction(p, parts)
         booster = _booster().fit(p.X, p.y)
         models = None if parts is None else device_parts.fit_part_models(
             parts, held, p.frame["device"].to_numpy(float))
@@ -321,7 +328,7 @@ def main(argv=None) -> int:
               dict(zip(cpu["family"] + "|" + cpu["params"], cpu["compile_seconds"])))
     parts = (device_parts.part_rows(dataset.load(args.phase_rows)) if args.phase_rows
              else None)
-    correction, _ = held_out_correction(p, parts)
+    correction, held = held_out_correction(p, parts)
     figures = score(p, correction)
     if parts is not None:
         figures["step_only"] = score(p)["real_libraries"]["corrected"]
@@ -337,7 +344,7 @@ def main(argv=None) -> int:
                  "host_cpu_count": env.get("host_cpu_count", 0),
                  "library_held_out_median_fold": round(held["median_fold"], 3),
                  "library_held_out_p90_fold": round(held["p90_fold"], 3)}
-        correction = fit(p, about, parts)
+        correction = fit(p, about, parts, (correction, held))
         install(args.model, correction)
         write_card_section(args.model, card_section(figures, correction.about))
         print(f"installed {args.model / CORRECTION_FILE}", file=sys.stderr)
