@@ -161,6 +161,8 @@ def main() -> None:
         for entry in manifest["programs"][args.skip:]:
             if time.monotonic() - started > args.budget_s:
                 break
+            if "file" not in entry:  # a manifest's entry that was not exported
+                continue
             if args.max_here_s is not None and entry["here_s"] > args.max_here_s:
                 continue
             row = {"name": entry["name"], "key": entry["key"]}

@@ -120,6 +120,34 @@ def pairs(rows: pd.DataFrame, predictions: pd.DataFrame, device: list[dict],
     return Pairs(frame)
 
 
+def with_outside(p: Pairs, programs: pd.DataFrame, device: list[dict]) -> Pairs:
+    """`p` with the outside programs compiled on the chip added: programs of libraries no
+    sweep row holds (`bench/evaluations/tpu_outside.py features`: key, library, model
+    inputs `f_<name>`, the base model's own prediction `base` and `rss_pred`, measured
+    CPU seconds `cpu`), whose base prediction never saw them."""
+    seconds: dict[str, list[float]] = {}
+    fresh: dict[str, float] = {}
+    for r in device:
+        if r.get("status") == "ok" and r.get("device_s"):
+            seconds.setdefault(r["key"], []).extend(r["device_s"])
+        if r.get("fresh_deviceless_rss_bytes"):
+            fresh[r["key"]] = max(fresh.get(r["key"], 0), r["fresh_deviceless_rss_bytes"])
+    programs = programs[programs["key"].isin(seconds)].drop_duplicates("key").set_index("key")
+    keys = list(programs.index)
+    frame = pd.DataFrame({name: programs[f"f_{name}"].to_numpy(float)
+                          for name in MODEL_FEATURES}, index=keys)
+    frame["base"] = programs["base"].to_numpy(float)
+    frame["law"] = math.nan
+    frame["rss_pred"] = programs["rss_pred"].to_numpy(float)
+    frame["device"] = [statistics.median(seconds[k]) for k in keys]
+    frame["rss"] = frame["fresh_rss"] = [fresh.get(k, math.nan) for k in keys]
+    frame["library"] = programs["library"].to_numpy()
+    frame["here"] = math.nan
+    frame["cpu"] = programs["cpu"].to_numpy(float) if "cpu" in programs else math.nan
+    frame["outside"] = True
+    return Pairs(pd.concat([p.frame.assign(outside=False), frame]))
+
+
 def _held_out_points(predictions: pd.DataFrame, model: str, target: str) -> pd.Series:
     ours = predictions[(predictions["model"] == model) & (predictions["target"] == target)]
     # programs of no library (the synthetic families) have their family held out instead
@@ -188,7 +216,13 @@ def score(p: Pairs, correction: np.ndarray | None = None) -> dict:
     measured = p.frame["device"].to_numpy(float)
     corrected = measured / np.exp(residual)
     out = {"n": int(len(y)), "libraries": int(len(np.unique(libs)))}
-    for name, keep in (("all", np.ones(len(y), bool)), ("real_libraries", libs != "synthetic")):
+    outside = (p.frame["outside"].to_numpy(bool) if "outside" in p.frame
+               else np.zeros(len(y), bool))
+    sets = [("all", np.ones(len(y), bool)), ("real_libraries", libs != "synthetic")]
+    if outside.any():  # the programs no sweep row holds, and the corpus's without them
+        sets += [("corpus_real_libraries", (libs != "synthetic") & ~outside),
+                 ("outside", outside)]
+    for name, keep in sets:
         figures = {"n": int(keep.sum()),
                    "corrected": {**folds(residual[keep]),
                                  "coverage": float(np.mean(((residual >= lo)
@@ -316,6 +350,9 @@ def main(argv=None) -> int:
                         help="CPU sweep rows of the same programs (a baseline)")
     parser.add_argument("--phase-rows", nargs="*", default=[],
                         help="TPU sweep rows with libtpu's stage split: adds part models")
+    parser.add_argument("--outside", nargs=2, metavar=("PROGRAMS", "DEVICE_ROWS"),
+                        help="outside programs' inputs (tpu_outside.py features) and their "
+                             "chip rows (a glob in quotes): added to the pairs")
     parser.add_argument("--json", type=Path, help="write the held-out figures here")
     parser.add_argument("--dry-run", action="store_true", help="score only; install nothing")
     args = parser.parse_args(argv)
@@ -326,6 +363,12 @@ def main(argv=None) -> int:
     cpu = cpu[cpu["status"] == "ok"]
     p = pairs(dataset.load([args.rows]), pd.read_parquet(args.predictions), device,
               dict(zip(cpu["family"] + "|" + cpu["params"], cpu["compile_seconds"])))
+    if args.outside:
+        import glob
+
+        outside_env, outside_rows = read_device_rows(sorted(glob.glob(args.outside[1])))
+        env = {**outside_env, **env}
+        p = with_outside(p, pd.read_parquet(args.outside[0]), outside_rows)
     parts = (device_parts.part_rows(dataset.load(args.phase_rows)) if args.phase_rows
              else None)
     correction, held = held_out_correction(p, parts)

@@ -1,0 +1,243 @@
+"""The shipped TPU model on programs no TPU row, chip row or fit has seen: the outside
+libraries' programs (`outside_programs*.py`, kept off every training list) compiled on a
+real TPU v5e chip.
+
+`export` runs here, with the outside extras installed: it builds each program, asks the
+shipped model for its chip prediction (`costmodel.lower(fn, *args).predict(backend="tpu",
+target="v5e")`, as a user would, device correction included) and writes the program's
+`jax.export` artifact beside a manifest holding the prediction. `tpu_device_run.py`
+compiles the artifacts on the chip (the `device` tool); `score` joins its rows to the
+manifest's predictions and compares with two baselines that have seen the suite itself:
+the op-count power law and the program's measured CPU compile times one constant, each
+fitted on the other programs (leave one out).
+
+    python bench/evaluations/tpu_outside.py export --programs bench/evaluations/outside_programs.py \\
+        --out .tpu-artifacts-outside [--max-predicted-s 40]
+    # on the device machine: python bench/evaluations/tpu_device_run.py .tpu-artifacts-outside \\
+    #     --out $OUT/outside.jsonl --max-here-s 40 --fresh-rss-below-s 3 --stages
+    python bench/evaluations/tpu_outside.py score bench/data/tpu_outside/*.jsonl \\
+        --manifest bench/data/tpu_outside/manifest.json [--json bench/results/tpu_outside.json]
+
+In the manifest `here_s` is the model's chip prediction (what `--max-here-s` filters by).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+from pathlib import Path
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("EQX_ON_ERROR", "nan")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tpu_device import _spearman, folds, serialize_for_tpu  # noqa: E402
+
+# where the CPU compile seconds of each suite were measured (first pass, calibrated run)
+CPU_RUNS = ("bench/data/outside_libraries", "bench/data/outside_libraries_b1",
+            "bench/data/outside_libraries_b2", "bench/data/outside_top")
+
+
+def program_key(family: str, params: dict) -> str:
+    return f"{family}|{json.dumps(params, sort_keys=True)}"
+
+
+def export(program_files, out: Path, max_predicted_s: float) -> None:
+    import jax
+
+    import costmodel
+    from costmodel.measure.user_modules import import_module_or_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = out / "manifest.json"
+    entries = json.loads(manifest.read_text())["programs"] if manifest.exists() else []
+    done = {e["key"] for e in entries}
+    for path in program_files:
+        module = import_module_or_file(str(path))
+        for family in module.OUTSIDE_FAMILIES:
+            for params in family.grid:
+                key = program_key(family.name, params)
+                if key in done:
+                    continue
+                jax.config.update("jax_enable_x64", bool(family.x64))
+                try:
+                    fn, args = family.build(**params)
+                    p = costmodel.lower(fn, *args).predict(backend="tpu", target="v5e")
+                    entry = {"key": key, "family": family.name, "library": family.library,
+                             "suite": Path(path).stem, "x64": bool(family.x64),
+                             "here_s": p.compile_seconds,
+                             "interval": list(p.compile_seconds_interval),
+                             "rss_bytes": p.peak_memory_bytes,
+                             "hlo_ops": float(p.features["hlo_ops"]),
+                             "model_version": p.model_version}
+                    if p.compile_seconds > max_predicted_s:
+                        entry["skipped"] = "predicted over --max-predicted-s"
+                    else:
+                        fn, args = family.build(**params)  # a fresh closure to export
+                        blob = serialize_for_tpu(fn, args)
+                        entry["name"] = f"o{len(entries):03d}"
+                        entry["file"] = f"{entry['name']}.bin"
+                        (out / entry["file"]).write_bytes(blob)
+                except Exception as exc:  # not buildable or not exportable here: say so
+                    entry = {"key": key, "family": family.name, "suite": Path(path).stem,
+                             "skipped": f"{type(exc).__name__}: {str(exc)[:200]}"}
+                entries.append(entry)
+                print(f"{family.name} {params} -> {entry.get('here_s', float('nan')):.2f}s "
+                      f"{entry.get('skipped', '')}", file=sys.stderr, flush=True)
+                manifest.write_text(json.dumps({"programs": entries}, indent=1))
+    runnable = [e for e in entries if "file" in e]
+    manifest.write_text(json.dumps({"programs": entries, "runnable": len(runnable)}, indent=1))
+
+
+def features(program_files, out: Path) -> None:
+    """Each program's TPU model inputs and the base model's own prediction (before the
+    device correction), as the device correction's fit reads sweep rows: a parquet of
+    key, library, suite, `f_<input>`, `base` and `rss_pred`, appended to `out`."""
+    import jax
+    import pandas as pd
+
+    import costmodel
+    from costmodel.features import MODEL_FEATURES
+    from costmodel.features.sharding import placement_inputs
+    from costmodel.measure.user_modules import import_module_or_file
+    from costmodel.models import load_default
+
+    artifact = load_default("tpu", "v5e")
+    old = pd.read_parquet(out) if out.exists() else pd.DataFrame({"key": []})
+    rows = []
+    for path in program_files:
+        module = import_module_or_file(str(path))
+        for family in module.OUTSIDE_FAMILIES:
+            for params in family.grid:
+                key = program_key(family.name, params)
+                if key in set(old["key"]):
+                    continue
+                jax.config.update("jax_enable_x64", bool(family.x64))
+                try:
+                    fn, args = family.build(**params)
+                    f = costmodel.lower(fn, *args).features("tpu", "v5e", jaxpr=False)
+                except Exception as exc:  # the export skipped it too
+                    print(f"skip {key}: {type(exc).__name__}", file=sys.stderr)
+                    continue
+                inputs = {name: float(f[name]) for name in MODEL_FEATURES}
+                inputs.update(placement_inputs("v5e", getattr(f, "info", None)))
+                base = artifact.predictor.predict([inputs])
+                rows.append({"key": key, "library": family.library,
+                             "suite": Path(path).stem,
+                             **{f"f_{n}": v for n, v in inputs.items()},
+                             "base": float(base["compile_seconds"]["point"][0]),
+                             "rss_pred": float(base["peak_rss_bytes"]["point"][0])})
+                print(key, rows[-1]["base"], file=sys.stderr, flush=True)
+    frame = pd.concat([old, pd.DataFrame(rows)], ignore_index=True)
+    frame["cpu"] = frame["key"].map(cpu_seconds())  # measured CPU seconds, a baseline
+    frame.to_parquet(out)
+
+
+def cpu_seconds(runs=CPU_RUNS) -> dict[str, float]:
+    """Each program's measured CPU compile seconds (the first run that has it)."""
+    import pandas as pd
+
+    found: dict[str, float] = {}
+    for run in runs:
+        path = Path(run) / "measured.parquet"
+        if not path.exists():
+            continue
+        rows = pd.read_parquet(path)
+        for row in rows[rows["status"] == "ok"].itertuples():
+            found.setdefault(program_key(row.family, json.loads(row.params)),
+                             float(row.compile_seconds))
+    return found
+
+
+def leave_one_out_power_law(ops, seconds) -> list[float]:
+    """log seconds = a + b log ops, fitted on all programs but the one predicted."""
+    xs, ys = [math.log(max(o, 1.0)) for o in ops], [math.log(s) for s in seconds]
+    out = []
+    for i in range(len(xs)):
+        x = xs[:i] + xs[i + 1:]
+        y = ys[:i] + ys[i + 1:]
+        mx, my = statistics.fmean(x), statistics.fmean(y)
+        b = sum((a - mx) * (c - my) for a, c in zip(x, y)) / sum((a - mx) ** 2 for a in x)
+        out.append(math.exp(my + b * (xs[i] - mx)))
+    return out
+
+
+def score(paths, manifest_path: Path) -> dict:
+    from costmodel.training.fitting.device_correction import read_device_rows
+
+    env, device = read_device_rows(paths)
+    manifest = {e["key"]: e for e in json.loads(manifest_path.read_text())["programs"]}
+    ok = [r for r in device if r.get("status") == "ok" and r["key"] in manifest]
+    cpu = cpu_seconds()
+    rows = []
+    for r in ok:
+        entry = manifest[r["key"]]
+        rows.append({"key": r["key"], "library": entry["library"], "suite": entry["suite"],
+                     "measured": statistics.median(r["device_s"]), "ours": entry["here_s"],
+                     "lo": entry["interval"][0], "hi": entry["interval"][1],
+                     "hlo_ops": entry["hlo_ops"], "cpu": cpu.get(r["key"]),
+                     "rss": r.get("fresh_deviceless_rss_bytes"), "rss_pred": entry["rss_bytes"]})
+    measured = [r["measured"] for r in rows]
+    result = {"environment": env, "programs": len(manifest),
+              "exported": sum("file" in e for e in manifest.values()),
+              "compiled_ok": len(rows),
+              "errors": [r.get("message", "")[:200] for r in device if r.get("status") != "ok"],
+              "libraries": sorted({r["library"] for r in rows})}
+    result["costmodel"] = folds([r["ours"] for r in rows], measured)
+    result["costmodel"]["coverage"] = statistics.fmean(
+        r["lo"] <= r["measured"] <= r["hi"] for r in rows)
+    result["costmodel"]["spearman"] = _spearman([r["ours"] for r in rows], measured)
+    result["power_law_fitted_on_suite"] = folds(
+        leave_one_out_power_law([r["hlo_ops"] for r in rows], measured), measured)
+    with_cpu = [r for r in rows if r["cpu"]]
+    logs = [math.log(r["measured"] / r["cpu"]) for r in with_cpu]
+    loo = [r["cpu"] * math.exp((sum(logs) - v) / (len(logs) - 1)) for r, v in zip(with_cpu, logs)]
+    result["cpu_times_constant"] = folds(loo, [r["measured"] for r in with_cpu])
+    result["costmodel_on_those"] = folds([r["ours"] for r in with_cpu],
+                                         [r["measured"] for r in with_cpu])
+    big = [r for r in rows if r["rss"] and r["rss"] > 50e6]
+    result["host_rss_over_50MB"] = folds([r["rss_pred"] for r in big], [r["rss"] for r in big]) \
+        if big else None
+    refs = [s for r in ok for s in r["ref_device_s"]]
+    result["reference_on_device_s"] = {"min": min(refs), "median": statistics.median(refs),
+                                       "max": max(refs)} if refs else None
+    result["rows"] = sorted(rows, key=lambda r: -max(r["ours"] / r["measured"],
+                                                     r["measured"] / r["ours"]))
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("export")
+    p.add_argument("--programs", nargs="+", required=True,
+                   help="one file per run when one imports another (outside_top imports outside)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--max-predicted-s", type=float, default=40.0)
+    p = sub.add_parser("features")
+    p.add_argument("--programs", nargs="+", required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p = sub.add_parser("score")
+    p.add_argument("paths", nargs="+")
+    p.add_argument("--manifest", type=Path, required=True)
+    p.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if args.command == "export":
+        export(args.programs, args.out, args.max_predicted_s)
+        return
+    if args.command == "features":
+        features(args.programs, args.out)
+        return
+    result = score(args.paths, args.manifest)
+    text = json.dumps(result, indent=1)
+    print(json.dumps({k: v for k, v in result.items() if k != "rows"}, indent=1))
+    if args.json:
+        args.json.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
