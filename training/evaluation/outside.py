@@ -99,17 +99,16 @@ def speed_scale(artifact, reference_seconds: float) -> float:
 
 def stored_calibration(record: dict, rows) -> dict[str, dict]:
     """What a bench run stores of `costmodel calibrate`'s record taken before its programs
-    (`CALIBRATION_KEY`): each set program's compile seconds there and, from its latest row
-    among the training `rows`, its model inputs (a program's features do not depend on
-    the machine that compiles it)."""
+    (`CALIBRATION_KEY`): each set program's figures there (compile seconds, the reference
+    timed beside, phase parts) and, from its latest row among the training `rows`, its
+    model inputs (a program's features do not depend on the machine that compiles it)."""
     from ..corpus.calibration import FAMILY
     from ..fitting.fit import features_frame
 
     mine = rows[rows["family"] == FAMILY].sort_values("measured_at")
     inputs = {json.loads(params)["program"]: features
               for params, features in zip(mine["params"], features_frame(mine).to_dict("records"))}
-    return {name: {"compile_seconds": float(program["here"]["compile_seconds"]),
-                   "model_inputs": inputs[name]}
+    return {name: {**program["here"], "model_inputs": inputs[name]}
             for name, program in record["programs"].items() if name in inputs}
 
 
