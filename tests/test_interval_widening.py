@@ -335,3 +335,7 @@ def test_the_cpu_intervals_cover_85_to_95_percent_of_the_stored_runs_held_out():
     assert runs["outside_libraries_pass3"]["a"] == 1.0
     assert all(run["a_b_c_shipped"] == run["a_b_shipped"] for run in runs.values())
     assert max(run["log_uncertainty"] for run in runs.values()) == pytest.approx(0.115, abs=1e-3)
+    # the corpus's real programs measured on the second CPU kind, calibrated before them
+    before = [case["shipped"] for case in result["cross_machine"] if case["calibration"] == "before"]
+    assert len(before) == 4 and all(0.85 <= share <= 0.95 for share in before)
+    assert min(before) == pytest.approx(84 / 94)

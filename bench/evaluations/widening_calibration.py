@@ -15,8 +15,12 @@ fits, each with every bench library's programs scored against a rule fitted with
 - `refit`: the ratios taken with the model ratio, on every stored run.
 
 The corpus's libraries held out are scored from the build's held-out predictions
-(`bench/data/cross_machine_amd/heldout.parquet`, the shipped model's evaluation). Nothing
-is compiled:
+(`bench/data/cross_machine_amd/heldout.parquet`, the shipped model's evaluation), on the
+training machine and, for the 94 real programs measured on the second CPU kind
+(`bench/evaluations/calibration_choice.py`'s cross-machine passes), there, scaled by each
+calibration's model ratio, widened by the shipped rule and by `previous` (the rule
+given before, for comparison), each program's distance from the other libraries' rows.
+Nothing is compiled:
 
     python bench/evaluations/widening_calibration.py [--json bench/results/widening_calibration.json]
 """
@@ -91,10 +95,39 @@ def held_out(fit_on: pd.DataFrame, scored: pd.DataFrame, corpus: pd.DataFrame) -
     return inside
 
 
+# the compile-time rule shipped before the widening was fitted with the model ratio
+PREVIOUS = Widening(1.1238819513946519, 4.2266767681970965, 0.25)
+
+
+def cross_machine(artifact, corpus: pd.DataFrame, rule: Widening) -> list[dict]:
+    """Coverage of the real programs measured on the second CPU kind, per calibration."""
+    from calibration_choice import cases
+
+    distance = corpus.drop_duplicates("key").set_index("key")["distance"]
+    out = []
+    for case in cases(artifact):
+        if not case["run"].startswith("cross_machine"):
+            continue
+        keys = [r["key"] for r in json.loads((RESULTS / f"{case['run']}.json").read_text())["rows"]]
+        frame = pd.DataFrame({"distance": distance.loc[keys].to_numpy()})
+        scale, programs = case["candidates"]["model_ratio"], case["_programs"]
+        frame["ratio"] = widening._ratio("compile_seconds", *(programs[k] * scale for k in (
+            "point", "lo", "hi")), programs["measured"])
+        out.append({"run": case["run"], "calibration": case["calibration"],
+                    **{name: float(widening.inside(frame, r).mean()) for name, r in (
+                        ("a", Widening()), ("shipped", rule), ("previous", PREVIOUS))}})
+    return out
+
+
 def report() -> dict:
     artifact = load_default("cpu")
     rows = select_rows(dataset.load([DATA]), "cpu")
-    corpus = widening.corpus_ratios(pd.read_parquet(HELDOUT), rows)
+    predictions = pd.read_parquet(HELDOUT)
+    corpus = widening.corpus_ratios(predictions, rows)
+    chosen = predictions[(predictions["split"] == "leave_library_out")
+                         & (predictions["target"] == "compile_seconds")
+                         & (predictions["model"] == "costmodel")]
+    corpus["key"] = chosen.loc[chosen["key"].isin(rows["key"]), "key"].to_numpy()
     runs = current_results(RESULTS, "cpu")
     parts, by_speed, u = [], [], {}
     for name, data in runs.items():
@@ -137,6 +170,7 @@ def report() -> dict:
         "mean_scale": {k: {"benches": float(rule.scale(bench["distance"]).mean()),
                            "corpus": float(rule.scale(corpus["distance"]).mean())}
                        for k, rule in rules.items()},
+        "cross_machine": cross_machine(artifact, corpus, shipped),
         "model_ratio_of_runs": {name: model_ratio_scale(
             data[CALIBRATION_KEY], predicted_set(data[CALIBRATION_KEY], artifact))
             for name, data in runs.items() if data.get(CALIBRATION_KEY)},
@@ -157,6 +191,10 @@ def _print(result: dict) -> None:
           f"{'':5}  {a['held_out_as_shipped']:20.3f} {a['held_out_refit']:6.3f}")
     print("corpus's libraries held out:", json.dumps(result["corpus"]))
     print("mean multiplier of the log width:", json.dumps(result["mean_scale"]))
+    print("real programs on the second CPU kind, library held out (a / shipped / previous):")
+    for case in result["cross_machine"]:
+        print(f"  {case['run']:<22} {case['calibration']:<12} {case['a']:.3f} "
+              f"{case['shipped']:.3f} {case['previous']:.3f}")
 
 
 def main() -> None:
