@@ -35,6 +35,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from _calibration_views import here_reference
 from _fresh_runs import CALIBRATION_BEFORE, measure_between_calibrations, measure_rows, read_measured
 
@@ -43,11 +44,12 @@ from costmodel.measure.user_modules import import_module_or_file
 from costmodel.models import load_default
 from costmodel.models.predictor import LOG_OFFSETS
 from costmodel.training.evaluation import metrics
-from costmodel.training.evaluation.outside import speed_scale
-from costmodel.training.fitting.fit import features_frame
+from costmodel.training.evaluation.outside import CALIBRATION_KEY, speed_scale, stored_calibration
+from costmodel.training.fitting.fit import features_frame, select_rows
 from costmodel.training.measure.calibrate import ROUNDS, model_ratio_scale
 
 PROGRAMS_FILE = Path(__file__).with_name("outside_programs.py")
+TRAINING_ROWS = Path(__file__).resolve().parents[2] / "training/data/cpu/rows.parquet"
 
 
 def measure(out: Path, rounds: int, only: list[str] | None = None, target: str = "",
@@ -181,6 +183,11 @@ def score(out: Path, target: str = "") -> dict:
                         seconds, *(predicted["compile_seconds"][k] for k in ("point", "lo", "hi")),
                         time_folds, rss)],
         "skipped": {},
+        # the calibration before the programs, so any model of this schema is scaled by
+        # its own model ratio when the stored run is scored again (CPU only)
+        **({} if target else {CALIBRATION_KEY: stored_calibration(
+            json.loads((out / CALIBRATION_BEFORE).read_text()),
+            select_rows(pd.read_parquet(TRAINING_ROWS), "cpu"))}),
     }
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from costmodel.features import SCHEMA_VERSION
 from costmodel.models.predictor import LOG_OFFSETS
 
-from ..measure.calibrate import reference_speed_scale
+from ..measure.calibrate import model_ratio_scale, predicted_set, reference_speed_scale
 from . import metrics
 
 
@@ -58,20 +58,37 @@ def measures(data: dict, quantity: str) -> bool:
 def scaled_predictions(artifact, data: dict, quantity: str = "compile_seconds"
                        ) -> tuple[np.ndarray, ...]:
     """`(point, lo, hi, measured)` of `quantity` (compile seconds, or peak RSS bytes) of
-    one stored bench run; predicted seconds scaled by its reference time as `costmodel
-    calibrate` would scale them (`speed_scale`), memory as predicted (a faster machine
-    does not need less of it)."""
+    one stored bench run; predicted seconds scaled as `costmodel calibrate` would scale
+    them for `artifact` on the run's machine (`run_scale`), memory as predicted (a faster
+    machine does not need less of it)."""
     rows = data["results"]
     out = artifact.predict([row["model_inputs"] for row in rows])[quantity]
-    speed = speed_scale(artifact, data["reference_s"]) if quantity == "compile_seconds" else 1.0
+    speed = run_scale(artifact, data) if quantity == "compile_seconds" else 1.0
     point, lo, hi = (out[key] * speed for key in ("point", "lo", "hi"))
     return point, lo, hi, np.array([row[MEASURED_KEYS[quantity]] for row in rows], float)
 
 
+# Where a stored bench run keeps the calibration taken before its programs: per program
+# of the calibration set, its compile seconds there and its model inputs.
+CALIBRATION_KEY = "calibration_before"
+
+
+def run_scale(artifact, data: dict) -> float:
+    """The factor `costmodel calibrate` applies for `artifact` on the machine of a stored
+    bench run: the model ratio (the calibration set's seconds there over `artifact`'s
+    predictions of it) where the run keeps the calibration taken before its programs,
+    else the reference speed (`speed_scale`; the library and unseen benches kept only
+    the reference program's time)."""
+    calibration = data.get(CALIBRATION_KEY)
+    ratio = calibration and model_ratio_scale(calibration, predicted_set(calibration, artifact))
+    return ratio or speed_scale(artifact, data["reference_s"])
+
+
 def speed_scale(artifact, reference_seconds: float) -> float:
-    """What `costmodel calibrate` would apply for `artifact` on the machine of a bench run
-    whose reference program took `reference_seconds`: that time over the model's median
-    reference, to the model's reference power (the first power for a model without one)."""
+    """What `costmodel calibrate` would apply for `artifact` without a model to predict
+    the set with, on the machine of a bench run whose reference program took
+    `reference_seconds`: that time over the model's median reference, to the model's
+    reference power (the first power for a model without one)."""
     model_reference = artifact.manifest.get("reference_seconds")
     if not model_reference:
         return 1.0
@@ -80,10 +97,25 @@ def speed_scale(artifact, reference_seconds: float) -> float:
         or reference_seconds / model_reference
 
 
+def stored_calibration(record: dict, rows) -> dict[str, dict]:
+    """What a bench run stores of `costmodel calibrate`'s record taken before its programs
+    (`CALIBRATION_KEY`): each set program's figures there (compile seconds, the reference
+    timed beside, phase parts) and, from its latest row among the training `rows`, its
+    model inputs (a program's features do not depend on the machine that compiles it)."""
+    from ..corpus.calibration import FAMILY
+    from ..fitting.fit import features_frame
+
+    mine = rows[rows["family"] == FAMILY].sort_values("measured_at")
+    inputs = {json.loads(params)["program"]: features
+              for params, features in zip(mine["params"], features_frame(mine).to_dict("records"))}
+    return {name: {**program["here"], "model_inputs": inputs[name]}
+            for name, program in record["programs"].items() if name in inputs}
+
+
 def score(artifact, data: dict, quantity: str = "compile_seconds") -> dict:
     """Fold errors of `artifact`'s `quantity` on one bench result: compile seconds scaled
-    by the run's reference time as `costmodel calibrate` would scale them for this model
-    (`speed_scale`; models trained on other rows have other median references), host
+    as `costmodel calibrate` would scale them for this model on the run's machine
+    (`run_scale`; other models predict the calibration set otherwise), host
     memory on bytes plus the model's offset, as model cards take memory ratios.
 
     Raises:
@@ -116,8 +148,10 @@ def card_section(artifact, folder: Path, backend: str, target: str = "") -> list
              "programs call Haiku, Flax, Optax, Diffrax, Equinox, Optimistix, NumPyro and "
              "BlackJAX; the outside-libraries programs call eleven libraries no training row "
              "uses, jraph to mctx, each measured in a fresh process as sweeps measure), "
-             "scored from their stored model inputs; predictions are scaled by the bench "
-             "run's reference time as `costmodel calibrate` scales them.", "",
+             "scored from their stored model inputs; predictions are scaled as `costmodel "
+             "calibrate` scales them on the run's machine (the model ratio of the "
+             "calibration taken before the programs; the library and unseen benches, "
+             "which kept none, by their reference time).", "",
              *_score_table(artifact, results, "compile_seconds")]
     if memory:
         lines += ["Peak host memory of the programs each measured in a fresh process (the "
