@@ -33,14 +33,17 @@ def write_artifacts(out: Path, programs: Iterable[dict],
     import jax
 
     out.mkdir(parents=True, exist_ok=True)
-    entries = []
-    for program in programs:
-        jax.config.update("jax_enable_x64", bool(program["x64"]))
-        blob = serialize_for_tpu(*build(program))
-        (out / f"{program['name']}.bin").write_bytes(blob)
-        entries.append({"name": program["name"], "file": f"{program['name']}.bin",
-                        "key": program["key"], "x64": bool(program["x64"]),
-                        "here_s": float(program["here_s"]),
-                        **{k: program[k] for k in ("family", "library") if k in program}})
-        (out / MANIFEST).write_text(json.dumps({"programs": entries}, indent=1))
+    entries, x64 = [], jax.config.jax_enable_x64
+    try:
+        for program in programs:
+            jax.config.update("jax_enable_x64", bool(program["x64"]))
+            blob = serialize_for_tpu(*build(program))
+            (out / f"{program['name']}.bin").write_bytes(blob)
+            entries.append({"name": program["name"], "file": f"{program['name']}.bin",
+                            "key": program["key"], "x64": bool(program["x64"]),
+                            "here_s": float(program["here_s"]),
+                            **{k: program[k] for k in ("family", "library") if k in program}})
+            (out / MANIFEST).write_text(json.dumps({"programs": entries}, indent=1))
+    finally:
+        jax.config.update("jax_enable_x64", x64)
     return entries

@@ -306,6 +306,11 @@ def export_set(out: Path, chip: str = CHIP) -> list[dict]:
     from costmodel.measure.tpu_export import write_artifacts
     from costmodel.training import corpus
 
+    try:
+        import flatbuffers  # noqa: F401 - what jax.export serializes with
+    except ImportError:
+        raise RuntimeError("exporting needs flatbuffers: pip install flatbuffers "
+                           '(or "costmodel[tpu]")') from None
     jax.config.update("jax_platforms", "cpu")  # lowering only; a chip here stays free
     programs = [{"name": name, "key": key, "family": PROGRAMS[name][0], "library": "jax",
                  "x64": corpus.get_family(PROGRAMS[name][0]).x64,
