@@ -264,7 +264,8 @@ def calibrate_tpu(*, target: str | None = None, rounds: int = ROUNDS,
                          "device correction")
     if from_rows:
         env, here = figures_from_rows(from_rows, chip)
-        source = ", ".join(str(p) for p in from_rows)
+        files = [str(p) for p in from_rows]
+        source = ", ".join(files) if len(files) <= 2 else f"{len(files)} files: {files[0]}, ..."
     else:
         if rounds < 1:
             raise ValueError(f"rounds must be at least 1, not {rounds}")
