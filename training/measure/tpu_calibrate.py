@@ -78,7 +78,7 @@ CHIP_REFERENCE_SECONDS = 0.080
 REFERENCE_HOST_SCALE = 0.94
 MIN_PROGRAMS = 5  # of the set measured, or no scale
 TIMEOUT_SECONDS = 300.0
-ROUNDS = 2  # a round is 8 fresh processes on the chip, about two minutes
+ROUNDS = 2  # a round is 8 fresh processes on the chip
 
 
 class NoChip(RuntimeError):
@@ -114,13 +114,27 @@ def check_chip(device_kind: str | None, chip: str) -> None:
             f"; predicting for {seen} needs a {seen} model, and none ships" if seen else ""))
 
 
+def read_rows(paths: Sequence[str | os.PathLike]) -> tuple[dict, list[dict]]:
+    """(environment, rows) of `tpu_device_run.py` JSON-lines files, a later file's facts
+    over an earlier's."""
+    env, rows = {}, []
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            if "environment" in record:
+                env.update({k: v for k, v in record["environment"].items() if v})
+            else:
+                rows.append(record)
+    return env, rows
+
+
 def figures_from_rows(paths: Sequence[str | os.PathLike], chip: str = CHIP
                       ) -> tuple[dict, dict[str, dict]]:
     """(environment, figures by program) of chip timings in `tpu_device_run.py` rows: each
     set program's median chip seconds over every ok row of it, the reference's beside."""
-    from costmodel.training.fitting.device_correction import read_device_rows
-
-    env, rows = read_device_rows(paths)
+    env, rows = read_rows(paths)
     by_key = {key: name for name, key in keys(chip).items()}
     seen: dict[str, dict[str, list]] = {}
     for row in rows:
