@@ -160,8 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
                                         "tpu, this TPU VM's) against the model's")
     p.add_argument("--rounds", type=count, default=None,
                    help="times the calibration set is measured, one round after another "
-                        "(each program's figure is the median of its rounds; default 3, "
-                        "TPU 2)")
+                        "(each program's figure is the median of its rounds); unset: 3, "
+                        "with --backend tpu 2")
     p.add_argument("--backend", default="cpu", choices=("cpu", "tpu"),
                    help="cpu: this machine's compile speed; tpu: the TPU VM host's, timed "
                         "on its chip (predictions for that chip then apply it)")
