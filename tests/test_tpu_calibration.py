@@ -196,17 +196,18 @@ def test_cpu_and_tpu_calibrations_keep_each_other(tmp_path, monkeypatch, set_inp
     assert load_calibration(path, "tpu", "v6e").scale == 1.0  # no record for that chip
 
 
-@pytest.mark.parametrize("kind, said", [("TPU v6 lite", "TPU v6 lite (v6e)"),
-                                        ("TPU v9 turbo", "unknown chip kind 'TPU v9 turbo'")])
+@pytest.mark.parametrize("kind, said", [("TPU v6 lite", "a TPU v6 lite (v6e)"),
+                                        ("TPU v9 turbo", "an unknown chip kind 'TPU v9 turbo'"),
+                                        ("", "a chip they do not name (no device_kind in "
+                                             "an environment line)")])
 def test_timings_of_another_chip_are_refused_and_save_nothing(
         tmp_path, monkeypatch, set_inputs, predicted, kind, said):
     path = tmp_path / "calibration.json"
     monkeypatch.setenv("COSTMODEL_CALIBRATION", str(path))
     env = {"environment": {**V5E_ENV["environment"], "device_kind": kind}}
     rows = _rows(tmp_path / "rows.jsonl", predicted, env=env)
-    article = "an" if "unknown" in said else "a"
-    with pytest.raises(tpu.WrongChip,
-                       match=re.escape(f"of {article} {said}, but the TPU model predicts v5e")):
+    with pytest.raises(tpu.WrongChip, match=re.escape(
+            f"these timings are of {said}, but the TPU model predicts v5e compiles")):
         tpu.calibrate_tpu(from_rows=[rows], inputs=set_inputs)
     assert not path.exists()
     with pytest.raises(NoModelError, match="no model ships for tpu/v6e"):
@@ -234,7 +235,9 @@ def test_without_a_chip_the_command_refuses_and_says_what_to_do(tmp_path, monkey
     monkeypatch.setattr(tpu, "probe_chip", lambda: {"device_kind": "TPU v6 lite", "devices": 1})
     monkeypatch.setattr(tpu, "measure_on_chip", lambda *a: pytest.fail("measured a v6e"))
     assert cli.main(["calibrate", "--backend", "tpu"]) == 2
-    assert "predicts v5e compiles" in capsys.readouterr().err and not path.exists()
+    said = capsys.readouterr().err
+    assert "JAX here sees a TPU v6 lite (v6e), but the TPU model predicts v5e compiles" in said
+    assert not path.exists()
 
 
 def test_on_a_chip_each_program_compiles_there_in_a_fresh_process(monkeypatch):

@@ -100,17 +100,18 @@ def keys(chip: str = CHIP) -> dict[str, str]:
             for name, (family, params) in PROGRAMS.items()}
 
 
-def check_chip(device_kind: str | None, chip: str) -> None:
+def check_chip(device_kind: str | None, chip: str, whose: str = "these timings are of") -> None:
     """Raise `WrongChip` unless `device_kind` is the chip `chip` the model predicts for."""
     seen = chip_of(device_kind or "")
     if seen == chip:
         return
     what = (f"a {device_kind} ({seen})" if seen else
-            f"an unknown chip kind {device_kind!r}" if device_kind else "no chip kind")
+            f"an unknown chip kind {device_kind!r}" if device_kind else
+            "a chip they do not name (no device_kind in an environment line)")
     raise WrongChip(
-        f"these timings are of {what}, but the TPU model predicts {chip} compiles: a "
-        f"factor from another chip would scale {chip} predictions wrongly, so nothing was "
-        f"saved. Calibrate on a {chip} TPU VM" + (
+        f"{whose} {what}, but the TPU model predicts {chip} compiles: a factor from "
+        f"another chip would scale {chip} predictions wrongly, so nothing was saved. "
+        f"Calibrate on a {chip} TPU VM" + (
             f"; predicting for {seen} needs a {seen} model, and none ships" if seen else ""))
 
 
@@ -286,7 +287,7 @@ def calibrate_tpu(*, target: str | None = None, rounds: int = ROUNDS,
         env = probe_chip()
         if not env:
             raise NoChip(no_chip_message(chip))
-        check_chip(env["device_kind"], chip)  # before minutes of compiling
+        check_chip(env["device_kind"], chip, "JAX here sees")  # before minutes of compiling
         here = measure_on_chip(rounds, chip, progress)
         env = {**env, **_host()}
         source = f"this machine's chip, {rounds} rounds"
