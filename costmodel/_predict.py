@@ -142,7 +142,7 @@ def predict_features(features: Features, model=None) -> Prediction:
     when a model is unusable, ValueError when the model is for another backend or target.
     """
     from costmodel.models import load_default
-    from costmodel.models.calibration import load_calibration, widen_interval
+    from costmodel.models.calibration import UNCALIBRATED, load_calibration, widen_interval
 
     artifact = load_model(model) or load_default(features.backend, features.target)
     # a TPU topology (`v5e:4x4`) is served by its chip's model, which reads the chip count
@@ -153,7 +153,12 @@ def predict_features(features: Features, model=None) -> Prediction:
             f"not {_where(features.backend, features.target)}")
     inputs = features.model_inputs()
     out, distance = artifact.predictor.predict_with_distance([inputs])
-    calibration = load_calibration()  # this machine's (`costmodel calibrate`)
+    # this machine's CPU speed, or the TPU VM host's (`costmodel calibrate [--backend tpu]`):
+    # the latter is relative to a prediction for the chip's host, so only a model with a
+    # device correction makes one
+    calibration = (load_calibration(backend=artifact.backend, target=artifact.target)
+                   if artifact.backend != "tpu" or artifact.device_correction is not None
+                   else UNCALIBRATED)
     scale = calibration.scale
 
     def triple(name: str, factor: float = 1.0) -> tuple[float, tuple[float, float]]:
@@ -164,14 +169,12 @@ def predict_features(features: Features, model=None) -> Prediction:
                 (float(part["lo"][0]) * factor, float(part["hi"][0]) * factor))
 
     if artifact.device_correction is not None:
-        # on the chip's own host (a TPU VM), whose speed this machine's calibration does
-        # not tell
-        out, scale = artifact.on_device([inputs], out), 1.0
-        seconds, seconds_iv = triple("compile_seconds")
-    else:
-        seconds, seconds_iv = triple("compile_seconds", scale)
-        # an unsure calibration widens the compile-time interval, never the memory ones
-        seconds_iv = widen_interval(seconds, *seconds_iv, calibration.log_uncertainty)
+        # moved to the chip's own host (a TPU VM); the scale is that host's over the one
+        # the correction was fitted on (`costmodel calibrate --backend tpu`)
+        out = artifact.on_device([inputs], out)
+    seconds, seconds_iv = triple("compile_seconds", scale)
+    # an unsure calibration widens the compile-time interval, never the memory ones
+    seconds_iv = widen_interval(seconds, *seconds_iv, calibration.log_uncertainty)
     rss, rss_iv = triple("peak_rss_bytes")
     exe, exe_iv = triple("executable_memory_bytes")
     return Prediction(seconds, seconds_iv, rss, rss_iv, exe, exe_iv,

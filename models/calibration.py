@@ -5,6 +5,12 @@ writes the file (`$COSTMODEL_CALIBRATION`, else `~/.cache/costmodel/calibration.
 with one scale for every program and how unsure it is; the other candidates and part
 factors it records beside are not applied. Predictions read it here, once per change of
 the file.
+
+A TPU calibration (`costmodel calibrate --backend tpu`, `training.measure.tpu_calibrate`)
+is kept in the same file under `"tpu"` and its chip (`{"tpu": {"v5e": record}}`), beside
+the CPU record, and each command rewrites only its own part. It describes the TPU VM's
+host the user compiles on, not the machine predicting, so it applies to every prediction
+for that chip (its topologies too) wherever it is made, and to no CPU prediction.
 """
 
 from __future__ import annotations
@@ -70,31 +76,67 @@ def calibration_path() -> Path:
     return Path.home() / ".cache" / "costmodel" / "calibration.json"
 
 
-def load_calibration(path: Path | None = None) -> Calibration:
-    """This machine's calibration; none (factor 1) when never calibrated or calibrated
-    elsewhere.
+def load_calibration(path: Path | None = None, backend: str = "cpu",
+                     target: str = "") -> Calibration:
+    """The calibration predictions for (backend, target) apply; none (factor 1) when never
+    calibrated, or calibrated elsewhere.
 
-    A record from another CPU model or core count (a home folder shared between machines)
-    does not apply here, and neither does an unreadable or non-positive one.
+    CPU (and GPU, whose compiles run on this machine's CPU too): a record from another
+    CPU model or core count (a home folder shared between machines) does not apply here.
+    TPU: the record of the target's chip (`v5e` for `v5e:4x4`), whatever machine
+    predicts. An unreadable or non-positive one never applies.
     """
     path = Path(path) if path is not None else calibration_path()
     try:
         stamp = path.stat()
     except OSError:
         return UNCALIBRATED
-    return _read(str(path), stamp.st_mtime_ns, stamp.st_size)
+    tpu = backend == "tpu"
+    return _read(str(path), stamp.st_mtime_ns, stamp.st_size, "tpu" if tpu else "cpu",
+                 target.split(":")[0] if tpu else "")
 
 
-@lru_cache(maxsize=8)
-def _read(path: str, _mtime_ns: int, _size: int) -> Calibration:
+def read_file(path: Path) -> dict:
+    """The calibration file's whole content; {} when missing or unreadable."""
     try:
         record = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def save_record(record: dict, path: Path, backend: str = "cpu", chip: str = "") -> None:
+    """Write `record` into the calibration file at `path` as the calibration of `backend`
+    (and TPU `chip`), keeping every other backend's and chip's record there."""
+    whole = read_file(path)
+    if backend == "tpu":
+        if not chip:
+            raise ValueError("a TPU calibration is saved under its chip")
+        tpu = whole.get("tpu") if isinstance(whole.get("tpu"), dict) else {}
+        whole = {**whole, "tpu": {**tpu, chip: record}}
+    elif backend == "cpu":
+        whole = {**record, **({"tpu": whole["tpu"]} if "tpu" in whole else {})}
+    else:
+        raise ValueError(f"no calibration is kept for backend {backend!r}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(whole, indent=2) + "\n")
+    tmp.replace(path)  # a prediction reading meanwhile sees the old file or the new one
+
+
+@lru_cache(maxsize=16)
+def _read(path: str, _mtime_ns: int, _size: int, backend: str, chip: str) -> Calibration:
+    record = read_file(Path(path))
+    if backend == "tpu":
+        chips = record.get("tpu")
+        record = chips.get(chip) if isinstance(chips, dict) else None
+    try:
         scale = float(record["scale"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         return UNCALIBRATED
-    if record.get("cpu_model") not in (None, cpu_model()):
+    if backend == "cpu" and record.get("cpu_model") not in (None, cpu_model()):
         return UNCALIBRATED
-    if record.get("cpu_count") not in (None, host_cpu_count()):
+    if backend == "cpu" and record.get("cpu_count") not in (None, host_cpu_count()):
         return UNCALIBRATED
     if not (scale > 0 and math.isfinite(scale)):
         return UNCALIBRATED

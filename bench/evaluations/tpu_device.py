@@ -30,6 +30,7 @@ from pathlib import Path
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("EQX_ON_ERROR", "nan")  # Equinox's runtime checks use host callbacks
 
+from costmodel.measure.tpu_export import serialize_for_tpu  # noqa: E402
 from costmodel.training.fitting.device_correction import read_device_rows  # noqa: E402
 
 
@@ -61,21 +62,6 @@ def select(rows, n: int, seed: int = 0, exclude=()) -> list[int]:
             picked += [group.index[i] for i in sorted(set(steps))]
     random.Random(seed).shuffle(picked)
     return picked
-
-
-def serialize_for_tpu(fn, args) -> bytes:
-    """`fn(*args)` lowered for platform `tpu` with `jax.export`, its arguments and results
-    flattened to leaves first (custom pytree nodes do not serialize)."""
-    import jax
-    from jax import export
-
-    leaves, tree = jax.tree_util.tree_flatten(args)
-
-    def flat(*xs):
-        return jax.tree_util.tree_leaves(fn(*jax.tree_util.tree_unflatten(tree, xs)))
-
-    specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves]
-    return export.export(jax.jit(flat), platforms=["tpu"])(*specs).serialize()
 
 
 def export_programs(rows_dir: str, out: Path, n: int, exclude=(), include=None) -> None:

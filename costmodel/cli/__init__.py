@@ -156,10 +156,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="processes fitting folds side by side (each one thread)")
     measuring_target(p)
 
-    p = add("calibrate", cmd_calibrate, "measure this machine's speed against the model's")
-    p.add_argument("--rounds", type=count, default=3,  # calibrate.ROUNDS
+    p = add("calibrate", cmd_calibrate, "measure this machine's speed (or, with --backend "
+                                        "tpu, this TPU VM's) against the model's")
+    p.add_argument("--rounds", type=count, default=None,
                    help="times the calibration set is measured, one round after another "
-                        "(each program's figure is the median of its rounds)")
+                        "(each program's figure is the median of its rounds); unset: 3, "
+                        "with --backend tpu 2")
+    p.add_argument("--backend", default="cpu", choices=("cpu", "tpu"),
+                   help="cpu: this machine's compile speed; tpu: the TPU VM host's, timed "
+                        "on its chip (predictions for that chip then apply it)")
+    p.add_argument("--target", default=None, help="TPU chip (default: v5e, the one a model "
+                                                  "ships for)")
+    p.add_argument("--from-rows", nargs="+", default=None, metavar="ROWS",
+                   help="TPU: chip timings measured elsewhere (tpu_device_run.py JSON lines "
+                        "of the --export artifacts) instead of timing a chip here")
+    p.add_argument("--export", default=None, metavar="DIR",
+                   help="TPU: write the calibration set as jax.export artifacts with the "
+                        "manifest tpu_device_run.py reads, and calibrate nothing")
 
     p = add("serve", cmd_serve, "run the HTTP API under gunicorn")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind")

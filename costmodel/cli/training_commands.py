@@ -104,17 +104,65 @@ def cmd_calibrate(args) -> int:
     from tqdm import tqdm
 
     from costmodel.training.corpus.calibration import PROGRAMS
-    from costmodel.training.measure.calibrate import calibrate
+    from costmodel.training.measure.calibrate import ROUNDS, calibrate
 
-    with tqdm(total=len(PROGRAMS) * args.rounds, desc="calibrate", unit="program",
+    if args.backend == "tpu":
+        return _calibrate_tpu(args)
+    if args.from_rows or args.export or args.target:
+        raise UsageError("--target, --from-rows and --export calibrate a TPU: add --backend tpu")
+    rounds = args.rounds or ROUNDS
+    with tqdm(total=len(PROGRAMS) * rounds, desc="calibrate", unit="program",
               file=sys.stderr, disable=args.json) as bar:
         def progress(program: str) -> None:
             bar.set_postfix_str(program)
             bar.update(1)
 
-        result = calibrate(progress=progress, rounds=args.rounds)
+        result = calibrate(progress=progress, rounds=rounds)
     emit(result, args.json, calibration_summary(result))
     return 0
+
+
+def _calibrate_tpu(args) -> int:
+    from tqdm import tqdm
+
+    from costmodel.models import NoModelError
+    from costmodel.training.measure import tpu_calibrate as tpu
+
+    chip = (args.target or tpu.CHIP).split(":")[0]
+    if args.export:
+        entries = tpu.export_set(Path(args.export), chip)
+        emit({"programs": entries, "path": args.export}, args.json,
+             f"{len(entries)} TPU calibration programs -> {args.export}/manifest.json; on "
+             f"the chip host: python bench/evaluations/tpu_device_run.py {args.export} "
+             "--out rows.jsonl; then here: costmodel calibrate --backend tpu --from-rows "
+             "rows.jsonl")
+        return 0
+    rounds = args.rounds or tpu.ROUNDS
+    with tqdm(total=len(tpu.PROGRAMS) * rounds, desc="calibrate tpu", unit="program",
+              file=sys.stderr, disable=args.json or bool(args.from_rows)) as bar:
+        def progress(program: str) -> None:
+            bar.set_postfix_str(program)
+            bar.update(1)
+
+        try:
+            result = tpu.calibrate_tpu(target=chip, rounds=rounds, from_rows=args.from_rows,
+                                       progress=progress)
+        except (tpu.NoChip, tpu.WrongChip, NoModelError) as exc:
+            raise UsageError(str(exc)) from None
+    emit(result, args.json, tpu_calibration_summary(result))
+    return 0
+
+
+def tpu_calibration_summary(record: dict) -> str:
+    """What `costmodel calibrate --backend tpu` prints: the scale, what it was measured
+    from, then how sure it is (`tpu_calibrate.confidence`)."""
+    from costmodel.training.measure.tpu_calibrate import confidence
+
+    return (f"TPU {record['chip']} calibration scale {record['scale']:.3f} (the set's compiles "
+            f"on a {record['device_kind']} over the TPU model's predictions of them, median "
+            f"of {record['program_ratios']['n']} programs; from {record['measured_from']}); "
+            f"saved to {record.get('path')}; TPU predictions for {record['chip']} now apply "
+            f"it\n{confidence(record)}")
 
 
 def calibration_summary(record: dict) -> str:

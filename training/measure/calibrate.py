@@ -52,7 +52,7 @@ import pandas as pd
 from costmodel.features import MODEL_FEATURES
 from costmodel.features.environment import cpu_model, host_cpu_count
 from costmodel.measure.phases import part_seconds
-from costmodel.models.calibration import calibration_path
+from costmodel.models.calibration import calibration_path, save_record
 from costmodel.models.phase_shares import PARTS
 
 from ..corpus.calibration import FAMILY, PROGRAMS
@@ -357,6 +357,5 @@ def calibrate(*, path: Path | None = None, manifest: Mapping | None = None, mode
                          "predicted": predicted.get(p)} for p in here},
     }
     path = Path(path) if path is not None else calibration_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2) + "\n")
+    save_record(record, path, "cpu")  # a TPU chip's record in the file stays
     return {**record, "path": str(path)}

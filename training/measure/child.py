@@ -25,6 +25,8 @@ def configure(spec: dict) -> None:
     # that ask for the chip (`on_device`) let JAX open it
     if backend == "cpu" or (backend == "tpu" and not spec.get("on_device")):
         os.environ["JAX_PLATFORMS"] = "cpu"
+    elif backend == "tpu":  # the chip, whatever the caller's environment hid it with
+        os.environ["JAX_PLATFORMS"] = "tpu,cpu"
     else:
         os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
