@@ -69,7 +69,8 @@ FACTORS = dict(zip(tpu.PROGRAMS, (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 3.0)))
 def _calibrated(tmp_path, monkeypatch, set_inputs, predicted, factors=FACTORS) -> dict:
     path = tmp_path / "calibration.json"
     monkeypatch.setenv("COSTMODEL_CALIBRATION", str(path))
-    rows = _rows(tmp_path / "rows.jsonl", {p: f * predicted[p] for p, f in factors.items()})
+    rows = _rows(tmp_path / "rows.jsonl",
+                 {p: f * tpu.CHIP_HOST_SECONDS[p] for p, f in factors.items()})
     return tpu.calibrate_tpu(from_rows=[rows], inputs=set_inputs)
 
 
@@ -89,14 +90,14 @@ def test_the_scale_from_chip_rows_is_the_median_of_chip_over_prediction(
         tmp_path, monkeypatch, set_inputs, predicted):
     record = _calibrated(tmp_path, monkeypatch, set_inputs, predicted)
     assert record["scale"] == pytest.approx(0.85)  # median of the eight factors
-    assert record["scale_from"] == "model_ratio" and record["chip"] == "v5e"
-    assert record["program_ratios"] == {"min": pytest.approx(0.5), "max": pytest.approx(3.0),
-                                        "n": 8}
-    chip_host = statistics.median(FACTORS[p] * predicted[p] / tpu.CHIP_HOST_SECONDS[p]
-                                  for p in FACTORS)
-    assert record["candidates"]["calibration_set"] == pytest.approx(chip_host)
+    assert record["scale_from"] == "calibration_set" and record["chip"] == "v5e"
+    ratios = [FACTORS[p] * tpu.CHIP_HOST_SECONDS[p] / predicted[p] for p in FACTORS]
+    assert record["program_ratios"] == {"min": pytest.approx(min(ratios)),
+                                        "max": pytest.approx(max(ratios)), "n": 8}
+    model_ratio = statistics.median(ratios)
+    assert record["candidates"]["model_ratio"] == pytest.approx(model_ratio)
     assert record["candidates"]["reference_only"] == pytest.approx(0.1 / tpu.CHIP_REFERENCE_SECONDS)
-    spread = max(chip_host, 0.85) / min(chip_host, 0.85)
+    spread = max(model_ratio, 0.85) / min(model_ratio, 0.85)
     assert record["spread"] == pytest.approx(spread)
     assert record["log_uncertainty"] == pytest.approx(max(0.0, np.log(spread / 1.15)))
     saved = json.loads((tmp_path / "calibration.json").read_text())
@@ -146,16 +147,17 @@ def test_a_model_ratio_far_from_the_chip_hosts_seconds_widens_intervals(
     # the chip host's own seconds: the set says 1.0, the doubled model's ratio 0.5
     rows = _rows(tmp_path / "rows.jsonl", tpu.CHIP_HOST_SECONDS)
     record = tpu.calibrate_tpu(from_rows=[rows], inputs=set_inputs, model=_Doubled(model))
-    assert record["candidates"]["calibration_set"] == pytest.approx(1.0)
+    # a host as fast as the chip host: no change, however far off the model is
+    assert record["scale"] == pytest.approx(1.0)
     half = statistics.median(tpu.CHIP_HOST_SECONDS[p] / (2 * predicted[p]) for p in predicted)
-    assert record["scale"] == pytest.approx(half)
+    assert record["candidates"]["model_ratio"] == pytest.approx(half)
     assert record["log_uncertainty"] == pytest.approx(np.log(1 / half / 1.15))
     got = costmodel.predict_features(features)
     point = got.compile_seconds
-    low, high = (v * half for v in plain.compile_seconds_interval)
+    low, high = plain.compile_seconds_interval
     expected = (point * np.exp(-np.hypot(np.log(point / low), record["log_uncertainty"])),
                 point * np.exp(np.hypot(np.log(high / point), record["log_uncertainty"])))
-    assert point == pytest.approx(plain.compile_seconds * half)
+    assert point == pytest.approx(plain.compile_seconds)
     assert got.compile_seconds_interval == pytest.approx(expected)
     assert "they disagree" in tpu.confidence(record)
 
@@ -277,6 +279,9 @@ def test_the_sets_chip_figures_are_those_stored(set_inputs, predicted):
     assert statistics.median(refs) == pytest.approx(tpu.CHIP_REFERENCE_SECONDS, abs=6e-4)
     scale = tpu.model_ratio_scale(here, predicted)
     assert scale == pytest.approx(tpu.REFERENCE_HOST_SCALE, abs=0.005)
+    # the scale applied reads that host as itself
+    record = tpu.record_for(here, predicted, env, "v5e", "t", "stored")
+    assert record["scale"] == pytest.approx(1.0, abs=6e-4)
     # chosen where the model is close on that host: each program within 0.85-1.05x
     assert all(0.84 <= here[p]["compile_seconds"] / predicted[p] <= 1.05 for p in here)
 

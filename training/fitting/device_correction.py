@@ -232,9 +232,11 @@ def score(p: Pairs, correction: np.ndarray | None = None) -> dict:
                              ("cpu_times_constant", "cpu"), ("sweep_here", "here")):
             ratio = np.log(measured / p.frame[column].to_numpy(float))
             has = keep & np.isfinite(ratio)
+            if not has.any():
+                continue
             if base == "sweep_here":
                 figures[base] = folds(ratio[has])
-            elif has.any():
+            else:
                 figures[base] = folds(ratio[has] - _constant(ratio, libs, has))
         big = keep & (p.frame["rss"].to_numpy(float) > 50e6)
         if big.any():

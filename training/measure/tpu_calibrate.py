@@ -5,14 +5,15 @@ deviceless compiles times the device correction fitted on programs compiled on o
 chip). Another v5e VM's host compiles faster or slower; `costmodel calibrate --backend
 tpu` measures by how much, as `calibrate.py` does for a CPU: the calibration set below
 is compiled on the chip, each program in a fresh process with the compilation cache off
-and the reference program timed beside it, and the factor applied is the model ratio,
-the median over the set of each program's compile there over the shipped model's chip
-prediction of it (correction included). The model's predictions come from the set's
+and the reference program timed beside it, and the factor applied is the median over the
+set of each program's compile there over its compile on the v5e host the correction was
+fitted on (`calibration_set`): 1.0 on that host by construction, where the model ratio
+(each compile over the model's chip prediction, correction included) reads 0.94 and would
+move every prediction made for that very host. The model's predictions come from the set's
 TPU lowering made here (with `JAX_PLATFORMS=cpu`, in a process of its own, so the chip is
 left to the measuring processes).
 
-Beside it the record keeps the set's ratio to the same programs' chip seconds on the v5e
-host the correction was fitted on (`calibration_set`), and the reference's
+Beside it the record keeps the model ratio, and the reference's
 (`reference_only`, not trusted alone: it was bimodal there); how far the first two
 disagree widens the intervals, as for a CPU. Timings measured elsewhere, by
 `bench/evaluations/tpu_device_run.py` on artifacts that `export_set` writes, calibrate
@@ -227,7 +228,7 @@ def model_inputs(chip: str = CHIP) -> dict[str, dict[str, float]]:
 def record_for(here: Mapping[str, dict], predicted: Mapping[str, float], env: Mapping,
                chip: str, model_version: str, source: str) -> dict:
     """The TPU calibration record of the set's chip figures `here` and the model's chip
-    predictions of them: the scale applied (model ratio), the candidates, their spread and
+    predictions of them: the scale applied (the set's ratio to the chip host's seconds), the candidates, their spread and
     the log uncertainty it gives intervals, and each program's figures."""
     check_chip(env.get("device_kind"), chip)
     measured = {p: f for p, f in here.items() if p in PROGRAMS and predicted.get(p)}
@@ -243,7 +244,7 @@ def record_for(here: Mapping[str, dict], predicted: Mapping[str, float], env: Ma
     spread = candidate_spread(ways)
     ratios = [measured[p]["compile_seconds"] / predicted[p] for p in measured]
     return {
-        "scale": float(ways[MODEL_RATIO]), "scale_from": MODEL_RATIO, "candidates": ways,
+        "scale": float(ways[CALIBRATION_SET]), "scale_from": CALIBRATION_SET, "candidates": ways,
         "spread": spread, "log_uncertainty": log_uncertainty(spread),
         "program_ratios": {"min": min(ratios), "max": max(ratios), "n": len(ratios)},
         "reference_seconds": {"here": statistics.median(refs) if refs else None,
@@ -342,11 +343,11 @@ def confidence(record: Mapping) -> str:
     verdict = ("they agree, intervals as fitted" if not widened else
                f"they disagree, so each bound of a 90% interval moves out by up to "
                f"{math.exp(widened):.2f}x")
-    return (f"how sure: the model ratio {ways[MODEL_RATIO]:.2f} and the set's ratio to the "
-            f"{record['chip']} host the correction was fitted on {ways[CALIBRATION_SET]:.2f} "
+    return (f"how sure: the set's ratio to the {record['chip']} host the correction was "
+            f"fitted on {ways[CALIBRATION_SET]:.2f} and the model ratio {ways[MODEL_RATIO]:.2f} "
             f"are {record['spread']:.2f}x apart (agreeing up to {AGREEING_SPREAD}); {verdict}; "
             f"the {ratios['n']} programs' own ratios ran {ratios['min']:.2f}-{ratios['max']:.2f}; "
-            f"that host's own timings of the set give {REFERENCE_HOST_SCALE:.2f}")
+            f"on that host the model ratio reads {REFERENCE_HOST_SCALE:.2f}")
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["inputs"]:
