@@ -166,6 +166,35 @@ def leave_one_out_power_law(ops, seconds) -> list[float]:
     return out
 
 
+def call_scale(calibration_rows: str) -> float:
+    """The host's speed in one device call, as `costmodel calibrate --backend tpu` reads it:
+    the calibration set's median ratio to its seconds on the host the correction was
+    fitted on."""
+    from costmodel.training.measure import tpu_calibrate as tpu
+
+    _, here = tpu.figures_from_rows([calibration_rows])
+    return statistics.median(f["compile_seconds"] / tpu.CHIP_HOST_SECONDS[p]
+                             for p, f in here.items() if p in tpu.CHIP_HOST_SECONDS)
+
+
+def normalize(pairs, out: Path) -> None:
+    """Chip rows with their seconds divided by their call's calibration scale
+    (`ROWS=CALIBRATION_ROWS`; `ROWS=1` for a call whose host read as the fitted one):
+    every call brought to the fitted host's speed, as a user's calibration would."""
+    lines = []
+    for pair in pairs:
+        rows, cal = pair.split("=")
+        scale = 1.0 if cal == "1" else call_scale(cal)
+        for line in Path(rows).read_text().splitlines():
+            r = json.loads(line)
+            if "environment" not in r and r.get("device_s"):
+                r["raw_device_s"], r["call_scale"] = r["device_s"], scale
+                r["device_s"] = [s / scale for s in r["device_s"]]
+            lines.append(json.dumps(r))
+        print(f"{rows}: scale {scale:.3f}", file=sys.stderr)
+    out.write_text("\n".join(lines) + "\n")
+
+
 def score(paths, manifest_path: Path) -> dict:
     from costmodel.training.fitting.device_correction import read_device_rows
 
@@ -221,6 +250,9 @@ def main() -> None:
     p = sub.add_parser("features")
     p.add_argument("--programs", nargs="+", required=True)
     p.add_argument("--out", type=Path, required=True)
+    p = sub.add_parser("normalize")
+    p.add_argument("pairs", nargs="+", help="ROWS=CALIBRATION_ROWS or ROWS=1")
+    p.add_argument("--out", type=Path, required=True)
     p = sub.add_parser("score")
     p.add_argument("paths", nargs="+")
     p.add_argument("--manifest", type=Path, required=True)
@@ -228,6 +260,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.command == "export":
         export(args.programs, args.out, args.max_predicted_s)
+        return
+    if args.command == "normalize":
+        normalize(args.pairs, args.out)
         return
     if args.command == "features":
         features(args.programs, args.out)

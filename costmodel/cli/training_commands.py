@@ -159,8 +159,9 @@ def tpu_calibration_summary(record: dict) -> str:
     from costmodel.training.measure.tpu_calibrate import confidence
 
     return (f"TPU {record['chip']} calibration scale {record['scale']:.3f} (the set's compiles "
-            f"on a {record['device_kind']} over the TPU model's predictions of them, median "
-            f"of {record['program_ratios']['n']} programs; from {record['measured_from']}); "
+            f"on a {record['device_kind']} over theirs on the {record['chip']} host the model's "
+            f"device correction was fitted on, median of {record['program_ratios']['n']} "
+            f"programs; from {record['measured_from']}); "
             f"saved to {record.get('path')}; TPU predictions for {record['chip']} now apply "
             f"it\n{confidence(record)}")
 
