@@ -22,8 +22,9 @@ def card_section(figures: dict, about: dict) -> str:
              f"Compile seconds on a {about.get('chip') or 'TPU'} chip's own host "
              f"({about.get('host_cpu_count')} cores, libtpu {about.get('libtpu')}), what "
              "`predict` answers for this target: the model's prediction times a device "
-             f"correction fitted on {figures['n']} programs compiled both deviceless in the "
-             "sweep and on the chip. Each of the "
+             f"correction fitted on {figures['n']} programs compiled on the chip ("
+             f"{figures['n'] - figures.get('outside', {}).get('n', 0)} of them also deviceless "
+             "in the sweep). Each of the "
              f"{real['n']} programs of real libraries is scored with its library held out "
              "of the model and of the correction; every constant is fitted on the other "
              "libraries.", "",
@@ -34,6 +35,16 @@ def card_section(figures: dict, about: dict) -> str:
     c = real["corrected"]
     lines += ["", f"Spearman {c['spearman']:.2f}; the 90% interval covers "
               f"{100 * c['coverage']:.0f}%."]
+    if "outside" in figures:
+        o, own = figures["outside"], figures["corpus_real_libraries"]
+        lines += [f"Of them, {o['n']} are programs of libraries no sweep row holds (the outside "
+                  "libraries' programs, `bench/evaluations/tpu_outside.py`, each call's chip "
+                  "seconds brought to the fitted host's speed by its TPU calibration): median "
+                  f"fold {o['corrected']['median_fold']:.2f}, p90 {o['corrected']['p90_fold']:.2f}, "
+                  f"covered {100 * o['corrected']['coverage']:.0f}%; the corpus's {own['n']}: "
+                  f"{own['corrected']['median_fold']:.2f}, p90 {own['corrected']['p90_fold']:.2f}, "
+                  f"covered {100 * own['corrected']['coverage']:.0f}%. The interval weighs each "
+                  "library the same."]
     if about.get("part_factors"):
         k = about["part_factors"]
         lines += [f"The correction is blended (weight {about['parts_weight']}) with part "

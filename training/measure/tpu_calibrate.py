@@ -228,8 +228,9 @@ def model_inputs(chip: str = CHIP) -> dict[str, dict[str, float]]:
 def record_for(here: Mapping[str, dict], predicted: Mapping[str, float], env: Mapping,
                chip: str, model_version: str, source: str) -> dict:
     """The TPU calibration record of the set's chip figures `here` and the model's chip
-    predictions of them: the scale applied (the set's ratio to the chip host's seconds), the candidates, their spread and
-    the log uncertainty it gives intervals, and each program's figures."""
+    predictions of them: the scale applied (the set's ratio to the chip host's seconds),
+    the candidates, their spread and the log uncertainty it gives intervals, and each
+    program's figures."""
     check_chip(env.get("device_kind"), chip)
     measured = {p: f for p, f in here.items() if p in PROGRAMS and predicted.get(p)}
     if len(measured) < MIN_PROGRAMS:

@@ -1,0 +1,99 @@
+"""Outside programs on the chip: their rows joining the device correction's pairs, the
+interval's library weighting, and each device call brought to the fitted host's speed."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from costmodel.features import MODEL_FEATURES
+from costmodel.training.fitting.device_correction import Pairs, interval_bounds, score
+from costmodel.training.fitting.device_outside import with_outside
+from costmodel.training.measure import tpu_calibrate as tpu
+
+
+def test_each_library_weighs_the_same_in_the_interval():
+    # 100 programs of one library predicted exactly, 10 of another off by e^-1 .. e^1
+    residual = np.concatenate([np.zeros(100), np.linspace(-1.0, 1.0, 10)])
+    libs = np.array(["big"] * 100 + ["small"] * 10)
+    keep = np.ones(len(libs), bool)
+    # pooled by program the big library sets both bounds
+    assert np.quantile(residual, [0.05, 0.95]) == pytest.approx([0.0, 0.0])
+    lo, hi = interval_bounds(residual, libs, keep)
+    # half the weight is the small library's, each of its programs 5% of it all
+    assert (lo, hi) == pytest.approx((-7 / 9, 7 / 9))
+    assert interval_bounds(residual, libs, libs == "big") == (0.0, 0.0)
+
+
+def _corpus_pairs(n: int = 12) -> Pairs:
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({name: rng.uniform(1, 100, n) for name in MODEL_FEATURES},
+                         index=[f"k{i}" for i in range(n)])
+    frame["base"] = rng.uniform(0.5, 5, n)
+    frame["device"] = frame["base"] * 2.0
+    frame["law"] = frame["rss_pred"] = frame["here"] = frame["cpu"] = 1.0
+    frame["rss"] = frame["fresh_rss"] = math.nan
+    frame["library"] = ["liba"] * (n // 2) + ["libb"] * (n - n // 2)
+    return Pairs(frame)
+
+
+def test_outside_programs_join_the_pairs_with_their_chip_seconds():
+    programs = pd.DataFrame({"key": ["o1", "o2", "o3"], "library": ["out1", "out1", "out2"],
+                             **{f"f_{n}": [1.0, 2.0, 3.0] for n in MODEL_FEATURES},
+                             "base": [1.0, 2.0, 4.0], "rss_pred": [1e8, 2e8, 3e8],
+                             "cpu": [0.5, 1.0, 2.0]})
+    device = [{"key": "o1", "status": "ok", "device_s": [3.0, 5.0]},
+              {"key": "o1", "status": "ok", "device_s": [4.0], "fresh_deviceless_rss_bytes": 9e7},
+              {"key": "o2", "status": "error"},  # failed on the chip: not a pair
+              {"key": "o3", "status": "ok", "device_s": [2.0], "fresh_deviceless_rss_bytes": 4e8}]
+    p = with_outside(_corpus_pairs(), programs, device)
+    extra = p.frame[p.frame["outside"]]
+    assert list(extra.index) == ["o1", "o3"] and (~p.frame["outside"]).sum() == 12
+    assert extra["device"].tolist() == [4.0, 2.0]  # the median over both runs
+    assert extra["fresh_rss"].tolist() == [9e7, 4e8]
+    assert p.y[-2:] == pytest.approx([math.log(4.0), math.log(0.5)])
+    figures = score(p, np.full(len(p.y), math.log(2.0)))
+    assert figures["outside"]["n"] == 2 and figures["corpus_real_libraries"]["n"] == 12
+    # the corpus's programs are exactly twice their base: no error there
+    assert figures["corpus_real_libraries"]["corrected"]["median_fold"] == pytest.approx(1.0)
+    # folds 2 (4 s for 2) and 4 (2 s for 8): their median
+    assert figures["outside"]["corrected"]["median_fold"] == pytest.approx(3.0)
+
+
+def test_each_call_is_brought_to_the_fitted_hosts_speed(tmp_path):
+    from conftest import bench_module
+
+    outside = bench_module("tpu_outside")
+    env = {"environment": {"device_kind": "TPU v5 lite", "libtpu_version": "0.0.42.1"}}
+    cal = tmp_path / "cal.jsonl"
+    # the calibration set 1.5x slower than on the fitted host, one program 3x
+    times = {name: 1.5 * s for name, s in tpu.CHIP_HOST_SECONDS.items()}
+    times["cond_grad"] = 3 * tpu.CHIP_HOST_SECONDS["cond_grad"]
+    cal.write_text("\n".join([json.dumps(env)] + [json.dumps(
+        {"name": n, "key": tpu.keys()[n], "status": "ok", "device_s": [s],
+         "ref_device_s": [0.1]}) for n, s in times.items()]) + "\n")
+    assert outside.call_scale(str(cal)) == pytest.approx(1.5)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("\n".join([json.dumps(env), json.dumps(
+        {"key": "o1", "status": "ok", "device_s": [3.0, 6.0]})]) + "\n")
+    out = tmp_path / "normalized.jsonl"
+    outside.normalize([f"{rows}={cal}", f"{rows}=1"], out)
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r.get("device_s") for r in got] == [None, [2.0, 4.0], None, [3.0, 6.0]]
+    assert got[1]["raw_device_s"] == [3.0, 6.0] and got[1]["call_scale"] == pytest.approx(1.5)
+
+
+def test_the_power_law_baseline_leaves_each_program_out():
+    from conftest import bench_module
+
+    law = bench_module("tpu_outside").leave_one_out_power_law
+    ops = [10.0, 100.0, 1000.0, 10000.0]
+    exact = law(ops, [0.01 * o ** 0.5 for o in ops])
+    assert exact == pytest.approx([0.01 * o ** 0.5 for o in ops])
+    # a program off the law is predicted from the others alone
+    off = law(ops, [0.1, 0.01 * 100 ** 0.5, 0.01 * 1000 ** 0.5, 0.01 * 10000 ** 0.5])
+    assert off[0] == pytest.approx(0.01 * 10 ** 0.5)
