@@ -127,3 +127,44 @@ def test_rows_without_a_phase_split_are_an_error_that_says_so():
     rows = rows.drop(columns=["phase_wall_seconds"])
     with pytest.raises(ValueError, match="no phase row"):
         device_parts.part_rows(rows)
+
+
+def test_the_command_fits_parts_and_outside_programs_and_installs(tmp_path):
+    """`python -m costmodel.training.fitting.device_correction` end to end, with phase rows
+    and outside programs: the step, the part models and the outside pairs installed."""
+    import json
+
+    from costmodel.models.artifact import load
+    from costmodel.training.fitting.fit import train
+    from costmodel.training.fitting.publish import save
+
+    rows, predictions, chip, _ = _data(n=60)
+    model = train(rows, "tpu", "v5e", max_iter=20, n_folds=3)
+    folder = tmp_path / "tpu-v5e"
+    save(model, folder, backend="tpu", target="v5e", data=rows,
+         metrics={"leave_family_out": {}}, name="test-tpu")
+    rows.to_parquet(tmp_path / "rows.parquet")
+    predictions.to_parquet(tmp_path / "predictions.parquet")
+    (tmp_path / "chip.jsonl").write_text("\n".join(json.dumps(r) for r in chip) + "\n")
+    # four outside programs of two libraries, twice their base prediction on the chip
+    outside = rows.head(4).copy()
+    outside["key"] = [f"o{i}" for i in range(4)]
+    outside["library"] = ["outa", "outa", "outb", "outb"]
+    outside["base"], outside["rss_pred"] = [1.0, 2.0, 3.0, 4.0], 1e8
+    outside.to_parquet(tmp_path / "outside.parquet")
+    (tmp_path / "outside.jsonl").write_text("\n".join(json.dumps(
+        {"key": f"o{i}", "status": "ok", "device_s": [2.0 * (i + 1)]}) for i in range(4)) + "\n")
+    assert dc.main(["--model", str(folder), "--rows", str(tmp_path / "rows.parquet"),
+                    "--predictions", str(tmp_path / "predictions.parquet"),
+                    "--device-rows", str(tmp_path / "chip.jsonl"),
+                    "--phase-rows", str(tmp_path / "rows.parquet"),
+                    "--outside", str(tmp_path / "outside.parquet"),
+                    str(tmp_path / "outside.jsonl"),
+                    "--json", str(tmp_path / "figures.json")]) == 0
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert figures["n"] == 64 and figures["outside"]["n"] == 4
+    assert figures["corpus_real_libraries"]["n"] == 60
+    about = json.loads((folder / "manifest.json").read_text())["device_correction"]
+    assert about["programs"] == 64 and about["outside_programs"] == 4
+    correction = load(folder).device_correction
+    assert correction.parts is not None and correction.parts_weight == device_parts.WEIGHT
