@@ -154,3 +154,21 @@ def _diffrax_predict_compiles():
 def _flat(built):
     fn, args = built
     return (fn, *args)
+
+
+def test_flowjax_chain_unrolls_one_coupling_per_layer():
+    """The chain family is the unrolled form of FlowJAX's scanned coupling flow: its program
+    grows with depth and holds no loop, while the scanned flow's stays one loop."""
+    if "flowjax_chain_step" not in corpus.FAMILIES:
+        corpus_library_missing("flowjax is not installed (pip install -e '.[corpus]')")
+
+    def lowered(name, params):
+        fn, args = corpus.build(name, params)
+        return jax.jit(fn).trace(*args).lower().as_text()
+
+    four, eight = (lowered("flowjax_chain_step", {"layers": n, "size": "small"}) for n in (4, 8))
+    assert four.count("stablehlo.while") == eight.count("stablehlo.while")  # none per layer
+    assert 1.8 < len(eight.splitlines()) / len(four.splitlines()) < 2.0
+    scanned = [lowered("flowjax_mle_step", {"kind": "coupling_spline", "layers": n}) for n in (4, 8)]
+    assert len(scanned[0].splitlines()) == len(scanned[1].splitlines())
+    assert len(scanned[1].splitlines()) < len(eight.splitlines()) / 3

@@ -3,7 +3,9 @@ trained with its own losses (``MaximumLikelihoodLoss`` on data, ``ElboLoss`` for
 variational inference) and an optax update.
 
 Masked autoregressive, coupling, block neural autoregressive and triangular spline flows,
-affine or rational-quadratic-spline transformers, ``flow_layers`` deep. The flows are
+affine or rational-quadratic-spline transformers, ``flow_layers`` deep (stacked and scanned,
+as ``flowjax.flows`` builds them), and coupling chains with one ``Coupling`` per layer in a
+``Chain`` (unrolled: each layer is its own code in the program). The flows are
 small, so they are built concretely; non-trainable parts (``paramax.NonTrainable``) stay
 captured constants, the trainable arrays are the arguments.
 """
@@ -33,6 +35,24 @@ def _flow(kind: str, layers: int, dim: int):
     if kind == "bnaf":
         return flows.block_neural_autoregressive_flow(key, base_dist=base, flow_layers=layers)
     return flows.triangular_spline_flow(key, base_dist=base, flow_layers=layers)
+
+
+def _chain_flow(layers: int, dim: int, width: int, transformer: str):
+    """A coupling flow as a ``Chain`` of ``layers`` coupling layers, each followed by a
+    permutation: FlowJAX's ``Chain`` applies them in a Python loop, so the traced program
+    grows with depth, as hand-built flows (a list of layers) do."""
+    import flowjax.bijections as bij
+    from flowjax.distributions import Normal, Transformed
+
+    spline = bij.RationalQuadraticSpline(knots=8, interval=4.0)
+    parts = []
+    for key in jax.random.split(jax.random.key(1), layers):
+        coupling_key, perm_key = jax.random.split(key)
+        parts.append(bij.Coupling(coupling_key, transformer=spline if transformer == "spline" else
+                                  bij.Affine(), untransformed_dim=dim // 2, dim=dim,
+                                  nn_width=width, nn_depth=1))
+        parts.append(bij.Permute(jax.random.permutation(perm_key, jnp.arange(dim))))
+    return Transformed(Normal(jnp.zeros(dim)), bij.Invert(bij.Chain(parts)))
 
 
 def _trainable(flow):
@@ -66,6 +86,17 @@ def build_flowjax_mle_step(kind: str, layers: int, dim: int = 8, batch: int = 25
     return _fit_step(MaximumLikelihoodLoss(), _flow(kind, layers, dim), (sds((batch, dim)),))
 
 
+def build_flowjax_chain_step(layers: int, size: str, transformer: str = "spline",
+                             batch: int = 256):
+    """Adam step of maximum-likelihood training of an unrolled coupling chain; ``size``
+    small: 8 dimensions, conditioners 64 wide; large: 16 and 128."""
+    from flowjax.train.losses import MaximumLikelihoodLoss
+
+    dim, width = {"small": (8, 64), "large": (16, 128)}[size]
+    return _fit_step(MaximumLikelihoodLoss(), _chain_flow(layers, dim, width, transformer),
+                     (sds((batch, dim)),))
+
+
 def build_flowjax_vi_step(kind: str, layers: int, samples: int, dim: int = 8):
     """Adam step of variational inference: the flow's ELBO against a banana-shaped target
     from ``samples`` reparameterised draws."""
@@ -88,6 +119,12 @@ if uses("flowjax", "flowjax", "paramax", "optax"):
                 "FlowJAX flow (MAF, coupling, BNAF, triangular spline) maximum-likelihood Adam step.",
                 build_flowjax_mle_step,
                 param_grid(kind=_KINDS, layers=(1, 4, 8, 16)))
+    real_family("flowjax", "flowjax_chain_step",
+                "FlowJAX coupling chain (one Coupling per layer, unrolled) maximum-likelihood "
+                "Adam step.",
+                build_flowjax_chain_step,
+                param_grid(layers=(4, 8, 16, 24, 32, 48), size=("small", "large"))
+                + param_grid(layers=(8, 24), size=("large",), transformer=("affine",)))
     real_family("flowjax", "flowjax_vi_step",
                 "FlowJAX flow variational-inference step (ElboLoss) on a banana target.",
                 build_flowjax_vi_step,
