@@ -110,12 +110,16 @@ def test_a_tpu_scale_applies_to_tpu_predictions_and_not_to_cpu_ones(
     monkeypatch.setenv("COSTMODEL_CALIBRATION", str(tmp_path / "none.json"))
     plain_tpu = costmodel.predict_features(features)
     plain_cpu = costmodel.predict_stablehlo(text)
-    record = _calibrated(tmp_path, monkeypatch, set_inputs, predicted)
+    # a host 0.85x as slow as the fitted one on every program of the set
+    record = _calibrated(tmp_path, monkeypatch, set_inputs, predicted,
+                         factors=dict.fromkeys(tpu.PROGRAMS, 0.85))
     got = costmodel.predict_features(features)
     assert got.calibration_scale == pytest.approx(0.85)
     assert got.compile_seconds == pytest.approx(plain_tpu.compile_seconds * 0.85)
     assert got.peak_memory_bytes == plain_tpu.peak_memory_bytes
-    # the set's ratio to the chip host's seconds agrees (about 0.9): intervals as fitted
+    # the model ratio is then the fitted host's times 0.85: the two agree within
+    # 1 / REFERENCE_HOST_SCALE (1.12 < 1.15), so intervals are as fitted
+    assert record["spread"] == pytest.approx(1 / tpu.REFERENCE_HOST_SCALE, abs=0.01)
     assert record["log_uncertainty"] == 0.0
     assert got.compile_seconds_interval == pytest.approx(
         tuple(v * 0.85 for v in plain_tpu.compile_seconds_interval))
@@ -282,8 +286,9 @@ def test_the_sets_chip_figures_are_those_stored(set_inputs, predicted):
     # the scale applied reads that host as itself
     record = tpu.record_for(here, predicted, env, "v5e", "t", "stored")
     assert record["scale"] == pytest.approx(1.0, abs=6e-4)
-    # chosen where the model is close on that host: each program within 0.85-1.05x
-    assert all(0.84 <= here[p]["compile_seconds"] / predicted[p] <= 1.05 for p in here)
+    # chosen where the model was close on that host (0.85-1.05x with the model of
+    # 2026-12-06 00:18); the model trained on the quiet sharded rows reads 0.77-1.10x
+    assert all(0.76 <= here[p]["compile_seconds"] / predicted[p] <= 1.11 for p in here)
 
 
 def test_the_export_is_what_tpu_device_run_reads(tmp_path):

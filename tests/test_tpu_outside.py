@@ -97,3 +97,30 @@ def test_the_power_law_baseline_leaves_each_program_out():
     # a program off the law is predicted from the others alone
     off = law(ops, [0.1, 0.01 * 100 ** 0.5, 0.01 * 1000 ** 0.5, 0.01 * 10000 ** 0.5])
     assert off[0] == pytest.approx(0.01 * 10 ** 0.5)
+
+
+def test_the_outside_programs_base_is_the_shipped_models_prediction(tmp_path):
+    """The device correction's outside pairs read `base` from the stored inputs' parquet:
+    after a rebuild it must be predicted again (`tpu_outside.py rebase`), or the correction
+    is fitted against the old model's seconds."""
+    import shutil
+    from pathlib import Path
+
+    from conftest import bench_module
+
+    from costmodel.models import load_default
+
+    stored = Path(__file__).parents[1] / "bench/data/tpu_outside/features.parquet"
+    copy = tmp_path / "features.parquet"
+    shutil.copy(stored, copy)
+    frame = pd.read_parquet(copy)
+    frame["base"] *= 2.0  # as an older model's would differ
+    frame.to_parquet(copy)
+    bench_module("tpu_outside").rebase(copy)
+    again, committed = pd.read_parquet(copy), pd.read_parquet(stored)
+    assert len(committed) == 89  # the exported programs and those predicted over its limit
+    np.testing.assert_allclose(again["base"], committed["base"], rtol=1e-9)
+    np.testing.assert_allclose(again["rss_pred"], committed["rss_pred"], rtol=1e-9)
+    inputs = {c[2:]: float(committed[c].iloc[0]) for c in committed if c.startswith("f_")}
+    point = load_default("tpu", "v5e").predictor.predict([inputs])["compile_seconds"]["point"]
+    assert committed["base"].iloc[0] == pytest.approx(float(point[0]))

@@ -15,6 +15,7 @@ fitted on the other programs (leave one out).
         --out .tpu-artifacts-outside [--max-predicted-s 40]
     # on the device machine: python bench/evaluations/tpu_device_run.py .tpu-artifacts-outside \\
     #     --out $OUT/outside.jsonl --max-here-s 40 --fresh-rss-below-s 3 --stages
+    python bench/evaluations/tpu_outside.py rebase bench/data/tpu_outside/features.parquet  # after a rebuild
     python bench/evaluations/tpu_outside.py score bench/data/tpu_outside/*.jsonl \\
         --manifest bench/data/tpu_outside/manifest.json [--json bench/results/tpu_outside.json]
 
@@ -137,6 +138,23 @@ def features(program_files, out: Path) -> None:
     frame.to_parquet(out)
 
 
+def rebase(out: Path, artifact=None) -> None:
+    """After the TPU model is rebuilt: each stored program's `base` and `rss_pred` predicted
+    again by the shipped model (or `artifact`) from its stored inputs, nothing lowered."""
+    import pandas as pd
+
+    from costmodel.models import load_default
+
+    artifact = artifact or load_default("tpu", "v5e")
+    frame = pd.read_parquet(out)
+    names = [c for c in frame.columns if c.startswith("f_")]
+    inputs = [{name[2:]: float(row[name]) for name in names} for _, row in frame.iterrows()]
+    predicted = artifact.predictor.predict(inputs)
+    frame["base"] = predicted["compile_seconds"]["point"].astype(float)
+    frame["rss_pred"] = predicted["peak_rss_bytes"]["point"].astype(float)
+    frame.to_parquet(out)
+
+
 def cpu_seconds(runs=CPU_RUNS) -> dict[str, float]:
     """Each program's measured CPU compile seconds (the first run that has it)."""
     import pandas as pd
@@ -256,6 +274,8 @@ def main() -> None:
     p = sub.add_parser("features")
     p.add_argument("--programs", nargs="+", required=True)
     p.add_argument("--out", type=Path, required=True)
+    p = sub.add_parser("rebase")
+    p.add_argument("out", type=Path)
     p = sub.add_parser("normalize")
     p.add_argument("pairs", nargs="+", help="ROWS=CALIBRATION_ROWS or ROWS=1")
     p.add_argument("--out", type=Path, required=True)
@@ -272,6 +292,9 @@ def main() -> None:
         return
     if args.command == "features":
         features(args.programs, args.out)
+        return
+    if args.command == "rebase":
+        rebase(args.out)
         return
     result = score(args.paths, args.manifest)
     text = json.dumps(result, indent=1)
