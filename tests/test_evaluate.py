@@ -164,3 +164,23 @@ def test_folds_fitted_in_parallel_processes_predict_what_one_process_does(synthe
     assert len(serial) == len(parallel) > 0
     np.testing.assert_array_equal(serial["point"].to_numpy(), parallel["point"].to_numpy())
     np.testing.assert_array_equal(serial["hi"].to_numpy(), parallel["hi"].to_numpy())
+
+
+def test_the_cards_headline_says_so_when_rows_were_timed_once():
+    # a dataset swept with --max-repeats 1 has no repeats: no noise floor, and the card says
+    from costmodel.training.evaluation.model_card import headline
+
+    def scores(fold):
+        return {"median_fold": fold, "p90_fold": 2 * fold, "spearman": 0.9, "coverage": 0.9,
+                "n": 10}
+
+    report = {"leave_family_out": {"cpu": {"compile_seconds": {
+        "costmodel": scores(1.3), "power_law": scores(2.0)}}},
+        "extrapolation": {"cpu": {"compile_seconds": {"costmodel": scores(2.5)}}},
+        "noise_floor": {"cpu": {"compile_seconds": {"median_fold": None, "p90_fold": None,
+                                                    "n": 0}}}}
+    text = headline(report, "cpu")
+    assert "each program was timed once, so the rows give no noise floor." in text
+    assert "median factor of 1.30 (90th percentile 2.60" in text
+    report["noise_floor"]["cpu"]["compile_seconds"]["median_fold"] = 1.04
+    assert "differ from their median by a factor of 1.04." in headline(report, "cpu")

@@ -126,14 +126,21 @@ def headline(report: dict, label: str) -> str:
             f"a median factor of {ours['median_fold']:.2f} (90th percentile "
             f"{ours['p90_fold']:.2f}, Spearman {ours['spearman']:.2f}); the 90% interval covers "
             f"{ours['coverage']:.0%}. The median |log error| is {gain:.0%} below the op-count "
-            f"power law's; repeated measurements of one program differ from their median by a "
-            f"factor of {floor:.2f}. Trained on compiles under {EXTRAPOLATION_TRAIN_BELOW:g} s, "
+            f"power law's; {_repeats_sentence(floor)} Trained on compiles under "
+            f"{EXTRAPOLATION_TRAIN_BELOW:g} s, "
             f"compiles of {EXTRAPOLATION_TEST_FROM:g} s and more are predicted within a median "
             f"factor of {extra['median_fold']:.2f} (n={extra['n']}). Compile seconds are "
             f"scored at the median reference time (measured seconds divided by "
             f"(ref / median ref)^{drift.get('reference_power', 0):.2f}); against seconds as "
             f"measured under the sweep's varying load the median factor is "
             f"{raw or float('nan'):.2f}.")
+
+
+def _repeats_sentence(floor: float | None) -> str:
+    """The noise floor's clause; rows timed once each (`--max-repeats 1`) have none."""
+    if floor is None:
+        return "each program was timed once, so the rows give no noise floor."
+    return f"repeated measurements of one program differ from their median by a factor of {floor:.2f}."
 
 
 def _terms(backend: str, kind: str, defaults: dict, target: str = "compile_seconds"):
