@@ -126,12 +126,11 @@ def features(program_files, out: Path) -> None:
                     continue
                 inputs = {name: float(f[name]) for name in MODEL_FEATURES}
                 inputs.update(placement_inputs("v5e", getattr(f, "info", None)))
-                base = artifact.predictor.predict([inputs])
+                base, rss_pred = base_predictions(artifact, [inputs])
                 rows.append({"key": key, "library": family.library,
                              "suite": Path(path).stem,
                              **{f"f_{n}": v for n, v in inputs.items()},
-                             "base": float(base["compile_seconds"]["point"][0]),
-                             "rss_pred": float(base["peak_rss_bytes"]["point"][0])})
+                             "base": float(base[0]), "rss_pred": float(rss_pred[0])})
                 print(key, rows[-1]["base"], file=sys.stderr, flush=True)
     frame = pd.concat([old, pd.DataFrame(rows)], ignore_index=True)
     frame["cpu"] = frame["key"].map(cpu_seconds())  # measured CPU seconds, a baseline
@@ -149,10 +148,16 @@ def rebase(out: Path, artifact=None) -> None:
     frame = pd.read_parquet(out)
     names = [c for c in frame.columns if c.startswith("f_")]
     inputs = [{name[2:]: float(row[name]) for name in names} for _, row in frame.iterrows()]
-    predicted = artifact.predictor.predict(inputs)
-    frame["base"] = predicted["compile_seconds"]["point"].astype(float)
-    frame["rss_pred"] = predicted["peak_rss_bytes"]["point"].astype(float)
+    frame["base"], frame["rss_pred"] = base_predictions(artifact, inputs)
     frame.to_parquet(out)
+
+
+def base_predictions(artifact, inputs: list[dict]):
+    """The base model's compile seconds and host RSS for model inputs, before the device
+    correction (what the correction's pairs read as `base` and `rss_pred`)."""
+    predicted = artifact.predictor.predict(inputs)
+    return (predicted["compile_seconds"]["point"].astype(float),
+            predicted["peak_rss_bytes"]["point"].astype(float))
 
 
 def cpu_seconds(runs=CPU_RUNS) -> dict[str, float]:
