@@ -14,6 +14,7 @@ import re
 import statistics
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .phases import PhaseTrace
@@ -202,7 +203,8 @@ def repeats_for(first_seconds: float, max_repeats: int) -> int:
 
 
 def measure(build, backend: str = "cpu", target: str = "", max_repeats: int = 3,
-            trace_phases: bool = True, sharding: str | None = None) -> dict:
+            trace_phases: bool = True, sharding: str | None = None,
+            warmup: Sequence[Callable[[], tuple]] = ()) -> dict:
     """Measure compiles of `build()` programs in this (fresh) process. Returns the labels.
 
     `build` returns a new (fn, args) on each call. The row's features come from the
@@ -213,7 +215,8 @@ def measure(build, backend: str = "cpu", target: str = "", max_repeats: int = 3,
     (`tpu_phases.py`; the log is on for every compile of a TPU measurement process, and
     capturing it costs no more than the noise, see bench/tpu_log_overhead.py). With
     `sharding` (a TPU topology target), the program compiles SPMD over all its devices
-    (`sharding.py`); the reference still compiles on one.
+    (`sharding.py`); the reference still compiles on one. `warmup`: builds of other
+    programs compiled once each, untimed, before the reference is timed.
     """
     from costmodel.features import from_lowered
 
@@ -223,6 +226,8 @@ def measure(build, backend: str = "cpu", target: str = "", max_repeats: int = 3,
     place = placement(backend, target)
     program = place if sharding is None else sharded_placement(place, sharding)
     compile_once(build_reference, place, events)  # warm-up: backend and LLVM start-up
+    for other in warmup:
+        compile_once(other, place, events)
     ref_times = [compile_once(build_reference, place, events)[1]]
 
     fn, args = build()

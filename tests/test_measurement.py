@@ -116,6 +116,18 @@ def test_a_program_that_prints_to_stdout_is_measured():
     assert result["features"]["hlo_ops"] == 8
 
 
+def test_warm_up_programs_compile_before_the_timed_one(tmp_path):
+    marks = tmp_path / "builds"
+    warm = [{"family": "tiny_marked", "params": {"path": str(marks), "tag": f"warm{i}"}}
+            for i in range(2)]
+    result = run_child({"family": "tiny_marked", "params": {"path": str(marks), "tag": "timed"},
+                        "modules": [TINY], "max_repeats": 2, "trace_phases": False,
+                        "warmup": warm}, use_zygote=False)
+    assert result["status"] == "ok" and result["repeats"] == 2
+    # each warm-up built once, then the timed program once per timed compile
+    assert marks.read_text().split() == ["warm0", "warm1", "timed", "timed"]
+
+
 def test_plain_subprocess_runner_matches_zygote_fields():
     a = run_child(_spec(1, max_repeats=1), use_zygote=False)
     assert a["status"] == "ok"

@@ -261,6 +261,11 @@ def test_on_a_chip_each_program_compiles_there_in_a_fresh_process(monkeypatch):
     monkeypatch.setattr(runner, "run_child", run_child)
     here = tpu.measure_on_chip(rounds=2)
     assert len(specs) == 16 and all(s["on_device"] and not z for s, z in specs)
+    # each timed compile follows the set's seven other programs, compiled once there
+    for spec, _ in specs:
+        warm = [(w["family"], w["params"]) for w in spec["warmup"]]
+        assert len(warm) == 7 and (spec["family"], spec["params"]) not in warm
+        assert all(w in tpu.PROGRAMS.values() for w in warm)
     assert here["vit_train"]["compile_seconds"] == pytest.approx(2.277 * 1.1)
     monkeypatch.setattr(runner, "run_child", lambda spec, timeout, use_zygote: {
         "status": "ok", "deviceless": True, "compile_seconds": 1.0, "ref_seconds": 0.1})
@@ -295,11 +300,21 @@ def test_the_export_is_what_tpu_device_run_reads(tmp_path):
     pytest.importorskip("flatbuffers")
     entries = tpu.export_set(tmp_path)
     manifest = json.loads((tmp_path / "manifest.json").read_text())
-    assert manifest["programs"] == entries and len(entries) == len(tpu.PROGRAMS)
-    for entry in entries:
+    n = len(tpu.PROGRAMS)
+    # the set once untimed (a fresh process's first compiles are slow there), then timed
+    assert manifest["programs"][n:] == entries and len(entries) == n
+    for warm, entry in zip(manifest["programs"][:n], entries):
+        assert warm["key"] == entry["key"] + "|warmup" and warm["file"] == entry["file"]
         assert {"name", "file", "key", "x64", "here_s"} <= set(entry)
         assert entry["key"] == tpu.keys()[entry["name"]]
         assert (tmp_path / entry["file"]).stat().st_size > 1000
+    # rows of the warm-up entries count in no figure
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("\n".join(json.dumps({"key": e["key"], "status": "ok", "device_s": [s]})
+                              for e, s in zip(manifest["programs"], [9.0] * n + [1.0] * n)))
+    _, here = tpu.figures_from_rows([rows])
+    assert set(here) == set(tpu.PROGRAMS)
+    assert all(f["compile_seconds"] == 1.0 and f["compiles"] == 1 for f in here.values())
 
 
 def test_the_http_api_applies_the_tpu_scale(tmp_path, monkeypatch, set_inputs, predicted):

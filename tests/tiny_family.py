@@ -47,3 +47,15 @@ if "tiny_chatty" not in corpus.FAMILIES:
     corpus.register(corpus.Family(
         name="tiny_chatty", description="prints to stdout, then n sin+add steps",
         build=_chatty, grid=({"n": 2},)))
+
+
+def _marked(path: str, tag: str):
+    with open(path, "a") as f:  # which builds a measurement process made, in order
+        f.write(tag + "\n")
+    return _build(1)
+
+
+if "tiny_marked" not in corpus.FAMILIES:
+    corpus.register(corpus.Family(
+        name="tiny_marked", description="writes a tag to a file when built, one sin+add",
+        build=_marked, grid=()))

@@ -64,9 +64,13 @@ def run(spec: dict) -> dict:
     def build():
         return family.build(**params)
 
+    def warm(other: dict):
+        return lambda: corpus.get_family(other["family"]).build(**other["params"])
+
     row = measure(build, backend=spec.get("backend", "cpu"), target=spec.get("target", ""),
                   max_repeats=int(spec.get("max_repeats", 3)),
-                  trace_phases=bool(spec.get("trace_phases", True)), sharding=sharding)
+                  trace_phases=bool(spec.get("trace_phases", True)), sharding=sharding,
+                  warmup=[warm(other) for other in spec.get("warmup", ())])
     return {**row, "library": family.library}
 
 

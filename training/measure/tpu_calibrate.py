@@ -5,7 +5,8 @@ deviceless compiles times the device correction fitted on programs compiled on o
 chip). Another v5e VM's host compiles faster or slower; `costmodel calibrate --backend
 tpu` measures by how much, as `calibrate.py` does for a CPU: the calibration set below
 is compiled on the chip, each program in a fresh process with the compilation cache off
-and the reference program timed beside it, and the factor applied is the median over the
+and the reference program timed beside it, after the set's other programs have compiled
+once in that process (`WARM_UP`), and the factor applied is the median over the
 set of each program's compile there over its compile on the v5e host the correction was
 fitted on (`calibration_set`): 1.0 on that host by construction, where the model ratio
 (each compile over the model's chip prediction, correction included) reads 0.89 and would
@@ -80,6 +81,13 @@ REFERENCE_HOST_SCALE = 0.89
 MIN_PROGRAMS = 5  # of the set measured, or no scale
 TIMEOUT_SECONDS = 300.0
 ROUNDS = 2  # a round is 8 fresh processes on the chip
+# On the v5e host a process's first compiles are slower than later ones: in one process
+# the set took a median 1.31x its stored seconds first and 0.97x after 18 other compiles
+# (bench/FINDINGS.md, "A fresh process on the chip's host"). The stored seconds are of
+# processes that had compiled many programs, so each timed compile follows the set's
+# other programs compiled once, untimed.
+WARM_UP = True
+WARM_UP_SUFFIX = "|warmup"  # the key of an exported warm-up entry: no figure reads it
 
 
 class NoChip(RuntimeError):
@@ -179,15 +187,17 @@ def no_chip_message(chip: str) -> str:
 def measure_on_chip(rounds: int = ROUNDS, chip: str = CHIP,
                     progress: Callable[[str], None] | None = None) -> dict[str, dict]:
     """The set compiled on this machine's TPU, each program in a fresh process per round
-    (as sweeps measure, but on the chip): median seconds and reference seconds of its
-    rounds."""
+    (as sweeps measure, but on the chip) after the set's other programs compiled there
+    once (`WARM_UP`): median seconds and reference seconds of its rounds."""
     from .runner import run_child
 
     seen: dict[str, dict[str, list]] = {}
     for _ in range(rounds):
         for name, (family, params) in PROGRAMS.items():
+            others = [{"family": f, "params": p} for n, (f, p) in PROGRAMS.items() if n != name]
             spec = {"family": family, "params": params, "backend": "tpu", "target": chip,
-                    "on_device": True, "max_repeats": 2, "trace_phases": False}
+                    "on_device": True, "max_repeats": 2, "trace_phases": False,
+                    "warmup": others if WARM_UP else []}
             result = run_child(spec, timeout=TIMEOUT_SECONDS, use_zygote=False)
             if result.get("status") != "ok" or result.get("deviceless", True):
                 raise RuntimeError(
@@ -318,10 +328,12 @@ def _host() -> dict:
 
 def export_set(out: Path, chip: str = CHIP) -> list[dict]:
     """The set as `jax.export` artifacts with the manifest `tpu_device_run.py` reads, for
-    timing on a chip host where costmodel is not installed."""
+    timing on a chip host where costmodel is not installed: the set twice, first as
+    warm-up entries (`WARM_UP_SUFFIX` on their keys, so no figure reads them), then the
+    entries timed. Returns the timed entries."""
     import jax
 
-    from costmodel.measure.tpu_export import write_artifacts
+    from costmodel.measure.tpu_export import MANIFEST, write_artifacts
     from costmodel.training import corpus
 
     try:
@@ -333,8 +345,12 @@ def export_set(out: Path, chip: str = CHIP) -> list[dict]:
     programs = [{"name": name, "key": key, "family": PROGRAMS[name][0], "library": "jax",
                  "x64": corpus.get_family(PROGRAMS[name][0]).x64,
                  "here_s": CHIP_HOST_SECONDS[name]} for name, key in keys(chip).items()]
-    return write_artifacts(Path(out), programs,
-                           lambda p: corpus.get_family(p["family"]).build(**PROGRAMS[p["name"]][1]))
+    entries = write_artifacts(Path(out), programs, lambda p: corpus.get_family(
+        p["family"]).build(**PROGRAMS[p["name"]][1]))
+    warm = [{**e, "name": f"warm_{e['name']}", "key": e["key"] + WARM_UP_SUFFIX}
+            for e in entries] if WARM_UP else []
+    (Path(out) / MANIFEST).write_text(json.dumps({"programs": warm + entries}, indent=1))
+    return entries
 
 
 def confidence(record: Mapping) -> str:
