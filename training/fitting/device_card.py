@@ -38,8 +38,8 @@ def card_section(figures: dict, about: dict) -> str:
     if "outside" in figures:
         o, own = figures["outside"], figures["corpus_real_libraries"]
         lines += [f"Of them, {o['n']} are programs of libraries no sweep row holds (the outside "
-                  "libraries' programs, `bench/evaluations/tpu_outside.py`, each call's chip "
-                  "seconds brought to the fitted host's speed by its TPU calibration): median "
+                  "libraries' programs, `bench/evaluations/tpu_outside.py`, each program's median "
+                  "chip seconds over the calls that compiled it): median "
                   f"fold {o['corrected']['median_fold']:.2f}, p90 {o['corrected']['p90_fold']:.2f}, "
                   f"covered {100 * o['corrected']['coverage']:.0f}%; the corpus's {own['n']}: "
                   f"{own['corrected']['median_fold']:.2f}, p90 {own['corrected']['p90_fold']:.2f}, "
