@@ -132,7 +132,8 @@ def _calibrate_tpu(args) -> int:
     if args.export:
         entries = tpu.export_set(Path(args.export), chip)
         emit({"programs": entries, "path": args.export}, args.json,
-             f"{len(entries)} TPU calibration programs -> {args.export}/manifest.json; on "
+             f"{len(entries)} TPU calibration programs, timed after an untimed warm-up pass of "
+             f"them -> {args.export}/manifest.json; on "
              f"the chip host: python bench/evaluations/tpu_device_run.py {args.export} "
              "--out rows.jsonl; then here: costmodel calibrate --backend tpu --from-rows "
              "rows.jsonl")
