@@ -12,6 +12,10 @@ ran about 4x slower on the v5e's host than on the sweep machine and its backend 
 (spread over 13 cores) about 2x faster. So a step may also carry `PartModels`: one forest
 per part (HLO passes, backend, the rest) predicting that part's seconds on the sweep
 machine, each part scaled by its factor for the chip's host, blended with the step.
+
+It may also carry a chip model: the cost model's recipe fitted on the sweep rows and the
+chip's together, told the host by one more input (`CHIP_HOST_INPUT`, 1 for the chip's),
+blended in log seconds with the rest (`training.fitting.device_one_model`).
 """
 
 from __future__ import annotations
@@ -25,9 +29,12 @@ from typing import Any
 import numpy as np
 
 from .forest import FlatForest
+from .predictor import Predictor
 
 CORRECTION_FILE = "device_correction.npz"
 BASE_COLUMN = "log_predicted_seconds"
+CHIP_HOST_INPUT = "chip_host"  # the chip model's input: 1 for the chip's host, 0 the sweep's
+CHIP_PREFIX = "chip."  # its arrays' names in the saved file
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,6 +90,9 @@ class DeviceCorrection:
     # the part models and their weight in the log-space blend with the step (0: step only)
     parts: PartModels | None = None
     parts_weight: float = 0.0
+    # the chip model and its weight in the log-space blend with the above (0: none)
+    chip_model: Predictor | None = None
+    chip_model_weight: float = 0.0
 
     def log_factor(self, inputs: Sequence[Mapping[str, float]],
                    predicted_seconds: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -92,10 +102,13 @@ class DeviceCorrection:
         X = np.array([[np.log1p(max(float(row[n]), 0.0)) for n in names] for row in inputs],
                      float).reshape(len(base), len(names))
         step = self.forest.predict(np.column_stack([X, base]))
-        if self.parts is None or not self.parts_weight:
+        if self.parts is not None and self.parts_weight:
+            by_parts = self.parts.log_seconds(inputs) - base
+            step = (1.0 - self.parts_weight) * step + self.parts_weight * by_parts
+        if self.chip_model is None or not self.chip_model_weight:
             return step
-        by_parts = self.parts.log_seconds(inputs) - base
-        return (1.0 - self.parts_weight) * step + self.parts_weight * by_parts
+        w = self.chip_model_weight
+        return (1.0 - w) * step + w * (chip_model_log_seconds(self.chip_model, inputs) - base)
 
     def apply(self, inputs: Sequence[Mapping[str, float]], seconds: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -108,8 +121,11 @@ class DeviceCorrection:
         meta = {"feature_names": list(self.feature_names), "lo": self.lo, "hi": self.hi,
                 "rss_added_bytes": self.rss_added_bytes, "about": dict(self.about),
                 "parts": None if self.parts is None else self.parts.meta(),
-                "parts_weight": self.parts_weight}
+                "parts_weight": self.parts_weight, "chip_model": self.chip_model is not None,
+                "chip_model_weight": self.chip_model_weight}
         extra = {} if self.parts is None else self.parts.arrays()
+        if self.chip_model is not None:
+            extra.update({CHIP_PREFIX + k: v for k, v in self.chip_model.arrays().items()})
         np.savez(file, meta=np.array(json.dumps(meta)), **self.forest.arrays(), **extra)
 
     @classmethod
@@ -119,8 +135,18 @@ class DeviceCorrection:
             forest = FlatForest.from_arrays(data)
             parts = (None if not meta.get("parts")
                      else PartModels.from_saved(meta["parts"], data))
+            chip = (None if not meta.get("chip_model") else Predictor.from_arrays(
+                {k[len(CHIP_PREFIX):]: data[k] for k in data.files if k.startswith(CHIP_PREFIX)}))
         return cls(feature_names=tuple(meta["feature_names"]), forest=forest,
                    lo=float(meta["lo"]), hi=float(meta["hi"]),
                    rss_added_bytes=float(meta.get("rss_added_bytes", 0.0)),
                    about=meta.get("about", {}), parts=parts,
-                   parts_weight=float(meta.get("parts_weight", 0.0)))
+                   parts_weight=float(meta.get("parts_weight", 0.0)), chip_model=chip,
+                   chip_model_weight=float(meta.get("chip_model_weight", 0.0)))
+
+
+def chip_model_log_seconds(model: Predictor, inputs: Sequence[Mapping[str, float]]
+                           ) -> np.ndarray:
+    """The chip model's log compile seconds on the chip's host for each program."""
+    rows = [{**row, CHIP_HOST_INPUT: 1.0} for row in inputs]
+    return np.log(np.maximum(model.predict(rows)["compile_seconds"]["point"], 1e-6))

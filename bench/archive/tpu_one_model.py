@@ -4,8 +4,8 @@
 
     python bench/archive/tpu_one_model.py [--chip-weight 10] [--json OUT] [--out PREDICTIONS.parquet]
 
-An experiment (bench/FINDINGS.md, "A fresh process on the chip's host"), not the shipped
-model: the TPU predictor carries no host input.
+The experiment behind the device correction's chip model (`training/fitting/
+device_one_model.py`; bench/FINDINGS.md, "A fresh process on the chip's host").
 """
 
 from __future__ import annotations

@@ -51,6 +51,10 @@ def card_section(figures: dict, about: dict) -> str:
                   "models: each part of the compile libtpu's log names, predicted for the "
                   "sweep machine, times its factor for the chip's host (HLO passes "
                   f"{k['hlo']:.2f}, backend {k['backend']:.2f}, the rest {k['other']:.2f})."]
+    if about.get("chip_model_weight"):
+        lines += [f"That blend is blended again (weight {about['chip_model_weight']}) with a "
+                  "chip model: the model's recipe fitted on the sweep's deviceless rows and "
+                  "the chip's rows together, the host one more input."]
     if "fresh_rss_over_50MB" in real:
         m = real["fresh_rss_over_50MB"]
         lines += [f"Host RSS growth above 50 MB, measured deviceless in a fresh process on "

@@ -31,8 +31,9 @@ from costmodel.models.artifact import MANIFEST_FILE, atomic_write, sha256_of, ve
 from costmodel.models.device_correction import BASE_COLUMN, CORRECTION_FILE, DeviceCorrection
 from costmodel.models.forest import FlatForest
 
-from . import device_parts
+from . import device_one_model, device_parts
 from .device_card import CARD_HEADING, card_section, write_card_section  # noqa: F401
+from .device_memory import fit_memory, folds, memory_points, memory_scores
 
 SPLIT = "leave_library_out"
 FALLBACK_SPLIT = "leave_family_out"
@@ -163,15 +164,20 @@ def held_out_by_parts(p: Pairs, parts: device_parts.PartRows) -> tuple[np.ndarra
             - np.log(p.frame["base"].to_numpy(float))), held
 
 
-def held_out_correction(p: Pairs, parts: device_parts.PartRows | None = None
+def held_out_correction(p: Pairs, parts: device_parts.PartRows | None = None,
+                        chip_log_seconds: np.ndarray | None = None
                         ) -> tuple[np.ndarray, np.ndarray | None]:
     """(log correction of each program fitted without its library, the programs' held-out
-    part seconds or None): the step's, blended with the part models' when `parts` given."""
-    step = held_out(p)
-    if parts is None:
-        return step, None
-    by_parts, held = held_out_by_parts(p, parts)
-    return (1 - device_parts.WEIGHT) * step + device_parts.WEIGHT * by_parts, held
+    part seconds or None): the step's, blended with the part models' when `parts` given,
+    and with the chip model's held-out log seconds when given (`device_one_model`)."""
+    step, held = held_out(p), None
+    if parts is not None:
+        by_parts, held = held_out_by_parts(p, parts)
+        step = (1 - device_parts.WEIGHT) * step + device_parts.WEIGHT * by_parts
+    if chip_log_seconds is not None:
+        chip = chip_log_seconds - np.log(p.frame["base"].to_numpy(float))
+        step = (1 - device_one_model.WEIGHT) * step + device_one_model.WEIGHT * chip
+    return step, held
 
 
 def score(p: Pairs, correction: np.ndarray | None = None) -> dict:
@@ -219,38 +225,6 @@ def score(p: Pairs, correction: np.ndarray | None = None) -> dict:
     return out
 
 
-def memory_points(p: Pairs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(fresh-process RSS growth on the chip's host, the model's held-out prediction,
-    library) of the programs with both."""
-    fresh = p.frame["fresh_rss"].to_numpy(float)
-    pred = p.frame["rss_pred"].to_numpy(float)
-    has = np.isfinite(fresh) & np.isfinite(pred) & (fresh > 0) & (pred > 0)
-    return fresh, pred, has
-
-
-def fit_memory(fresh: np.ndarray, pred: np.ndarray) -> float:
-    """Bytes the chip's host adds to a compile's RSS growth over the sweep machine's: the
-    median difference (its cores' allocator arenas and threads come with every compile,
-    whatever its size)."""
-    return float(np.median(fresh - pred))
-
-
-def memory_scores(p: Pairs, keep: np.ndarray) -> dict:
-    """Host RSS growth against fresh-process measurements on the chip's host, programs
-    growing more than 50 MB: the model as it is, and with the host's bytes added (fitted
-    with each library held out)."""
-    fresh, pred, has = memory_points(p)
-    libs = p.frame["library"].to_numpy()
-    big = keep & has & (fresh > 50e6)
-    if not big.any():
-        return {}
-    added = np.array([fit_memory(fresh[has & (libs != lib)], pred[has & (libs != lib)])
-                      for lib in libs[big]])
-    return {"fresh_rss_over_50MB": {
-        "n": int(big.sum()), "model": folds(np.log(fresh[big] / pred[big])),
-        "with_host_bytes": folds(np.log(fresh[big] / (pred[big] + added)))}}
-
-
 def interval_bounds(residual: np.ndarray, libs: np.ndarray, keep: np.ndarray
                     ) -> tuple[float, float]:
     """The `QUANTILES` of the residuals where `keep`, each library weighing the same: a
@@ -278,24 +252,16 @@ def _constant(ratio: np.ndarray, libs: np.ndarray, has: np.ndarray) -> np.ndarra
     return np.array([np.median(ratio[has & (libs != lib)]) for lib in libs[has]])
 
 
-def folds(log_errors: np.ndarray) -> dict:
-    """Fold figures of log(measured / predicted) values."""
-    f = np.sort(np.exp(np.abs(log_errors)))
-    return {"median_fold": float(np.median(f)),
-            "p90_fold": float(f[min(len(f) - 1, math.ceil(0.9 * len(f)) - 1)]),
-            "max_fold": float(f[-1]), "bias": float(np.exp(np.mean(log_errors))),
-            "median_abs_log": float(np.median(np.abs(log_errors)))}
-
-
 def spearman(a, b) -> float:
     ra, rb = (pd.Series(v).rank().to_numpy() for v in (a, b))
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
 def fit(p: Pairs, about: dict, parts: device_parts.PartRows | None = None,
-        held_out_figures: tuple | None = None) -> DeviceCorrection:
+        held_out_figures: tuple | None = None, chip_model=None) -> DeviceCorrection:
     """The step (and part models) fitted on every program; interval from held-out residuals.
-    `held_out_figures`: what `held_out_correction(p, parts)` gave, if already computed."""
+    `held_out_figures`: what `held_out_correction(p, parts)` gave, if already computed;
+    `chip_model`: a fitted chip model (`device_one_model`) to blend in."""
     correction, held = held_out_figures or held_out_correction(p, parts)
     with _one_thread():
         booster = _booster().fit(p.X, p.y)
@@ -312,8 +278,11 @@ def fit(p: Pairs, about: dict, parts: device_parts.PartRows | None = None,
         about={**about, "rss_added_mb": round(added / 1e6, 1),
                **({} if models is None else {"part_factors": dict(zip(
                    models.parts, (round(f, 3) for f in models.factors))),
-                   "parts_weight": device_parts.WEIGHT})},
-        parts=models, parts_weight=0.0 if models is None else device_parts.WEIGHT)
+                   "parts_weight": device_parts.WEIGHT}),
+               **({} if chip_model is None else {"chip_model_weight": device_one_model.WEIGHT})},
+        parts=models, parts_weight=0.0 if models is None else device_parts.WEIGHT,
+        chip_model=chip_model,
+        chip_model_weight=0.0 if chip_model is None else device_one_model.WEIGHT)
 
 
 def install(model: Path, correction: DeviceCorrection) -> None:
@@ -342,6 +311,9 @@ def main(argv=None) -> int:
     parser.add_argument("--outside", nargs=2, metavar=("PROGRAMS", "DEVICE_ROWS"),
                         help="outside programs' inputs (tpu_outside.py features) and their "
                              "chip rows (a glob in quotes): added to the pairs")
+    parser.add_argument("--chip-model", nargs="+", metavar="SWEEP_ROWS",
+                        help="blend in a chip model fitted on these deviceless sweep rows "
+                             "and the chip's (`device_one_model`)")
     parser.add_argument("--json", type=Path, help="write the held-out figures here")
     parser.add_argument("--dry-run", action="store_true", help="score only; install nothing")
     args = parser.parse_args(argv)
@@ -362,7 +334,10 @@ def main(argv=None) -> int:
         p = with_outside(p, pd.read_parquet(args.outside[0]), outside_rows)
     parts = (device_parts.part_rows(dataset.load(args.phase_rows)) if args.phase_rows
              else None)
-    correction, held = held_out_correction(p, parts)
+    sweep = dataset.load(args.chip_model) if args.chip_model else None
+    chip = (None if sweep is None else device_one_model.held_out_log_seconds(
+        sweep, p.frame, progress=lambda lib: print(f"chip model without {lib}", file=sys.stderr)))
+    correction, held = held_out_correction(p, parts, chip)
     figures = score(p, correction)
     if parts is not None:
         figures["step_only"] = score(p)["real_libraries"]["corrected"]
@@ -379,7 +354,9 @@ def main(argv=None) -> int:
                  "host_cpu_count": env.get("host_cpu_count", 0),
                  "library_held_out_median_fold": round(scored["median_fold"], 3),
                  "library_held_out_p90_fold": round(scored["p90_fold"], 3)}
-        correction = fit(p, about, parts, (correction, held))
+        chip_model = None if sweep is None else device_one_model.fit_chip_model(
+            *device_one_model.training_set(sweep, p.frame))
+        correction = fit(p, about, parts, (correction, held), chip_model)
         install(args.model, correction)
         write_card_section(args.model, card_section(figures, correction.about))
         print(f"installed {args.model / CORRECTION_FILE}", file=sys.stderr)

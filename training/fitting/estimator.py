@@ -26,6 +26,7 @@ from sklearn.ensemble import HistGradientBoostingRegressor
 
 from costmodel.features import MODEL_FEATURES
 from costmodel.features.sharding import PLACEMENT_INPUTS
+from costmodel.models.device_correction import CHIP_HOST_INPUT
 from costmodel.models.forest import FlatForest
 from costmodel.models.novelty import Novelty
 from costmodel.models.predictor import (
@@ -163,7 +164,8 @@ class CompileCostModel:
              sample_weight: Sequence[float] | None,
              interval_rows: Sequence[bool] | None) -> CompileCostModel:
         # a frame of TPU rows carries the placement inputs too (`fit.features_frame`)
-        extra = [n for n in PLACEMENT_INPUTS if hasattr(X, "columns") and n in X.columns]
+        extra = [n for n in (*PLACEMENT_INPUTS, CHIP_HOST_INPUT)
+                 if hasattr(X, "columns") and n in X.columns]
         self.feature_names_in_ = list(MODEL_FEATURES) + extra
         table = self._checked(X)
         unknown = sorted(set(y) - set(TARGETS))
