@@ -149,4 +149,5 @@ def chip_model_log_seconds(model: Predictor, inputs: Sequence[Mapping[str, float
                            ) -> np.ndarray:
     """The chip model's log compile seconds on the chip's host for each program."""
     rows = [{**row, CHIP_HOST_INPUT: 1.0} for row in inputs]
-    return np.log(np.maximum(model.predict(rows)["compile_seconds"]["point"], 1e-6))
+    # its point only: the log scale is log seconds for compile time, no interval needed
+    return np.maximum(model.predict_log(rows)["compile_seconds"], np.log(1e-6))

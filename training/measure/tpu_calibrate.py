@@ -6,7 +6,7 @@ chip). Another v5e VM's host compiles faster or slower; `costmodel calibrate --b
 tpu` measures by how much, as `calibrate.py` does for a CPU: the calibration set below
 is compiled on the chip, each program in a fresh process with the compilation cache off
 and the reference program timed beside it, after the set's other programs have compiled
-once in that process (`WARM_UP`), and the factor applied is the median over the
+once in that process (`WARM_UP_SUFFIX`), and the factor applied is the median over the
 set of each program's compile there over its compile on the v5e host the correction was
 fitted on (`calibration_set`): 1.0 on that host by construction, where the model ratio
 (each compile over the model's chip prediction, correction included) reads 1.00 with the
@@ -87,7 +87,6 @@ ROUNDS = 2  # a round is 8 fresh processes on the chip
 # (bench/FINDINGS.md, "A fresh process on the chip's host"). The stored seconds are of
 # processes that had compiled many programs, so each timed compile follows the set's
 # other programs compiled once, untimed.
-WARM_UP = True
 WARM_UP_SUFFIX = "|warmup"  # the key of an exported warm-up entry: no figure reads it
 
 
@@ -189,7 +188,7 @@ def measure_on_chip(rounds: int = ROUNDS, chip: str = CHIP,
                     progress: Callable[[str], None] | None = None) -> dict[str, dict]:
     """The set compiled on this machine's TPU, each program in a fresh process per round
     (as sweeps measure, but on the chip) after the set's other programs compiled there
-    once (`WARM_UP`): median seconds and reference seconds of its rounds."""
+    once: median seconds and reference seconds of its rounds."""
     from .runner import run_child
 
     seen: dict[str, dict[str, list]] = {}
@@ -198,7 +197,7 @@ def measure_on_chip(rounds: int = ROUNDS, chip: str = CHIP,
             others = [{"family": f, "params": p} for n, (f, p) in PROGRAMS.items() if n != name]
             spec = {"family": family, "params": params, "backend": "tpu", "target": chip,
                     "on_device": True, "max_repeats": 2, "trace_phases": False,
-                    "warmup": others if WARM_UP else []}
+                    "warmup": others}
             result = run_child(spec, timeout=TIMEOUT_SECONDS, use_zygote=False)
             if result.get("status") != "ok" or result.get("deviceless", True):
                 raise RuntimeError(
@@ -349,7 +348,7 @@ def export_set(out: Path, chip: str = CHIP) -> list[dict]:
     entries = write_artifacts(Path(out), programs, lambda p: corpus.get_family(
         p["family"]).build(**PROGRAMS[p["name"]][1]))
     warm = [{**e, "name": f"warm_{e['name']}", "key": e["key"] + WARM_UP_SUFFIX}
-            for e in entries] if WARM_UP else []
+            for e in entries]
     (Path(out) / MANIFEST).write_text(json.dumps({"programs": warm + entries}, indent=1))
     return entries
 
