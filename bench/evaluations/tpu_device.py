@@ -10,7 +10,7 @@ the shipped TPU model, and reports the deviceless-to-device ratio, the reference
 program's spread on the TPU host, and the model's figures on the device.
 
     python bench/evaluations/tpu_device.py export --rows SWEEP_DIR --out .tpu-artifacts [--n 100]
-        [--exclude DEVICE_ROWS... | --without-fresh-rss DEVICE_ROWS...]
+        [--exclude DEVICE_ROWS... | --without-fresh-rss DEVICE_ROWS... | --again DEVICE_ROWS...]
     # on the device machine: python bench/evaluations/tpu_device_run.py .tpu-artifacts --out $OUT/rows.jsonl
     python bench/evaluations/tpu_device.py score bench/data/tpu_device/*.jsonl --rows SWEEP_DIR \\
         [--predictions HELD_OUT.parquet] [--json bench/results/tpu_device.json]
@@ -64,7 +64,26 @@ def select(rows, n: int, seed: int = 0, exclude=()) -> list[int]:
     return picked
 
 
-def export_programs(rows_dir: str, out: Path, n: int, exclude=(), include=None) -> None:
+def again(device: list[dict], rows, below_s: float, seed: int = 0, from_s: float = 0.0
+          ) -> list[int]:
+    """Indices of the real-library programs the chip compiled in `device` rows in `from_s`
+    to `below_s` seconds (median), shuffled: a second pass of their labels, taken the same way
+    for every program so the pass does not favour the ones the model misses."""
+    seconds: dict[str, list[float]] = {}
+    for r in device:
+        if r.get("status") == "ok" and r.get("device_s"):
+            seconds.setdefault(r["key"], []).extend(r["device_s"])
+    keys = {k for k, s in seconds.items() if from_s <= statistics.median(s) < below_s}
+    ok = rows[(rows["status"] == "ok") & rows["key"].isin(keys)
+              & (rows["library"].fillna("") != "")]
+    picked = list(ok.drop_duplicates("key").index)
+    random.Random(seed).shuffle(picked)
+    return picked
+
+
+def export_programs(rows_dir: str, out: Path, n: int, exclude=(), include=None,
+                    again_rows=None, again_below_s: float = 20.0,
+                    again_from_s: float = 0.0) -> None:
     import jax
 
     from costmodel.training import corpus
@@ -73,8 +92,12 @@ def export_programs(rows_dir: str, out: Path, n: int, exclude=(), include=None) 
     rows = dataset.load([rows_dir])
     out.mkdir(parents=True, exist_ok=True)
     entries = []
-    picked = by_memory(rows, include)[:n] if include is not None else select(
-        rows, n, exclude=exclude)
+    if again_rows is not None:
+        picked = again(again_rows, rows, again_below_s, from_s=again_from_s)[:n]
+    elif include is not None:
+        picked = by_memory(rows, include)[:n]
+    else:
+        picked = select(rows, n, exclude=exclude)
     for i, index in enumerate(picked):
         row = rows.loc[index]
         spec = corpus.get_family(row["family"])
@@ -217,6 +240,13 @@ def main() -> None:
     p.add_argument("--without-fresh-rss", nargs="*",
                    help="export instead the programs of these device rows that have no "
                         "fresh-process RSS yet, largest sweep RSS first (for --fresh-rss-only)")
+    p.add_argument("--again", nargs="*",
+                   help="export instead the real-library programs of these device rows "
+                        "again, in random order: a second pass of their chip labels")
+    p.add_argument("--again-below-s", type=float, default=20.0,
+                   help="with --again: only programs the chip compiled faster than this")
+    p.add_argument("--again-from-s", type=float, default=0.0,
+                   help="with --again: only programs the chip took at least this long for")
     p = sub.add_parser("score")
     p.add_argument("paths", nargs="+")
     p.add_argument("--rows", required=True)
@@ -231,7 +261,10 @@ def main() -> None:
             measured = read_device_rows(args.without_fresh_rss)[1]
             fresh = {r["key"] for r in measured if r.get("fresh_deviceless_rss_bytes")}
             include = {r["key"] for r in measured if r.get("status") == "ok"} - fresh
-        export_programs(args.rows, args.out, args.n, exclude=done, include=include)
+        again_rows = read_device_rows(args.again)[1] if args.again else None
+        export_programs(args.rows, args.out, args.n, exclude=done, include=include,
+                        again_rows=again_rows, again_below_s=args.again_below_s,
+                        again_from_s=args.again_from_s)
         return
     result = score(args.paths, args.rows)
     if args.predictions:
