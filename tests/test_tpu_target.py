@@ -86,7 +86,6 @@ def test_float64_on_a_tpu_is_predicted_far_slower_than_on_the_cpu():
         tpu, cpu = stage.predict(backend="tpu"), stage.predict(backend="cpu")
     assert (tpu.backend, tpu.target) == ("tpu", "v5e")
     assert 5 < measured < 15 and chip and 20 < min(chip) < 40
-    # within 2x until the chip model joined the correction (2026-12-06): trained on few
-    # float64 programs, it halves this one's prediction (13.5 s for 27.8 s on the chip)
-    assert min(chip) / 2.5 < tpu.compile_seconds < max(chip) * 2
+    # the chip model has few float64 programs: 17.3 s predicted for 27.8 s on the chip
+    assert min(chip) / 2 < tpu.compile_seconds < max(chip) * 2
     assert tpu.compile_seconds > 100 * cpu.compile_seconds

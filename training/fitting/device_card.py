@@ -38,8 +38,8 @@ def card_section(figures: dict, about: dict) -> str:
     if "outside" in figures:
         o, own = figures["outside"], figures["corpus_real_libraries"]
         lines += [f"Of them, {o['n']} are programs of libraries no sweep row holds (the outside "
-                  "libraries' programs, `bench/evaluations/tpu_outside.py`, each program's median "
-                  "chip seconds over the calls that compiled it): median "
+                  "libraries' programs, `bench/evaluations/tpu_outside.py`, each program's label "
+                  "over all the calls that compiled it): median "
                   f"fold {o['corrected']['median_fold']:.2f}, p90 {o['corrected']['p90_fold']:.2f}, "
                   f"covered {100 * o['corrected']['coverage']:.0f}%; the corpus's {own['n']}: "
                   f"{own['corrected']['median_fold']:.2f}, p90 {own['corrected']['p90_fold']:.2f}, "
@@ -55,6 +55,17 @@ def card_section(figures: dict, about: dict) -> str:
         lines += [f"That blend is blended again (weight {about['chip_model_weight']}) with a "
                   "chip model: the model's recipe fitted on the sweep's deviceless rows and "
                   "the chip's rows together, the host one more input."]
+    if isinstance(about.get("labels"), dict):
+        f, raw = about["labels"]["position_factor"], figures.get("real_libraries_raw_labels")
+        lines += ["A program's chip seconds are taken at one process state: a compile on the "
+                  "chip's host gets faster the more its process has compiled, so each label "
+                  "is fitted over all its compiles with the compiles before each in its "
+                  f"process and the call as terms (`device_labels`; the first three compiles "
+                  f"{f[0]:.2f}x the average, after {about['labels']['position_edges'][-1]} "
+                  f"{f[-1]:.2f}x)."
+                  + ("" if raw is None else
+                     f" Against each program's raw median instead: median fold "
+                     f"{raw['median_fold']:.2f}, p90 {raw['p90_fold']:.2f}.")]
     if "fresh_rss_over_50MB" in real:
         m = real["fresh_rss_over_50MB"]
         lines += [f"Host RSS growth above 50 MB, measured deviceless in a fresh process on "

@@ -31,7 +31,7 @@ from costmodel.models.artifact import MANIFEST_FILE, atomic_write, sha256_of, ve
 from costmodel.models.device_correction import BASE_COLUMN, CORRECTION_FILE, DeviceCorrection
 from costmodel.models.forest import FlatForest
 
-from . import device_one_model, device_parts
+from . import device_labels, device_one_model, device_parts
 from .device_card import CARD_HEADING, card_section, write_card_section  # noqa: F401
 from .device_memory import fit_memory, folds, memory_points, memory_scores
 
@@ -314,6 +314,9 @@ def main(argv=None) -> int:
     parser.add_argument("--chip-model", nargs="+", metavar="SWEEP_ROWS",
                         help="blend in a chip model fitted on these deviceless sweep rows "
                              "and the chip's (`device_one_model`)")
+    parser.add_argument("--raw-labels", action="store_true",
+                        help="label a program by the median of its chip seconds, not at one "
+                             "process state (`device_labels`)")
     parser.add_argument("--json", type=Path, help="write the held-out figures here")
     parser.add_argument("--dry-run", action="store_true", help="score only; install nothing")
     args = parser.parse_args(argv)
@@ -324,14 +327,21 @@ def main(argv=None) -> int:
     cpu = cpu[cpu["status"] == "ok"]
     p = pairs(dataset.load([args.rows]), pd.read_parquet(args.predictions), device,
               dict(zip(cpu["family"] + "|" + cpu["params"], cpu["compile_seconds"])))
+    outside_paths = []
     if args.outside:
         import glob
 
-        outside_env, outside_rows = read_device_rows(sorted(glob.glob(args.outside[1])))
+        outside_paths = sorted(glob.glob(args.outside[1]))
+        outside_env, outside_rows = read_device_rows(outside_paths)
         env = {**outside_env, **env}
         from .device_outside import with_outside
 
         p = with_outside(p, pd.read_parquet(args.outside[0]), outside_rows)
+    labels = None
+    if not args.raw_labels:
+        labels = device_labels.fit_labels(device_labels.observations(
+            [*args.device_rows, *outside_paths]))
+        p = device_labels.with_labels(p, labels)
     parts = (device_parts.part_rows(dataset.load(args.phase_rows)) if args.phase_rows
              else None)
     sweep = dataset.load(args.chip_model) if args.chip_model else None
@@ -339,6 +349,10 @@ def main(argv=None) -> int:
         sweep, p.frame, progress=lambda lib: print(f"chip model without {lib}", file=sys.stderr)))
     correction, held = held_out_correction(p, parts, chip)
     figures = score(p, correction)
+    if labels is not None:  # the same held-out predictions against each raw median
+        raw = p.frame["device_raw"].to_numpy(float) / p.frame["base"].to_numpy(float)
+        real = p.frame["library"].to_numpy() != "synthetic"
+        figures["real_libraries_raw_labels"] = folds((np.log(raw) - correction)[real])
     if parts is not None:
         figures["step_only"] = score(p)["real_libraries"]["corrected"]
         figures["phase_rows"] = len(parts)
@@ -353,7 +367,12 @@ def main(argv=None) -> int:
                  "chip": env.get("device_kind", ""), "libtpu": env.get("libtpu_version", ""),
                  "host_cpu_count": env.get("host_cpu_count", 0),
                  "library_held_out_median_fold": round(scored["median_fold"], 3),
-                 "library_held_out_p90_fold": round(scored["p90_fold"], 3)}
+                 "library_held_out_p90_fold": round(scored["p90_fold"], 3),
+                 "labels": "raw median" if labels is None else {
+                     "at": "the observations' average process state",
+                     "position_edges": list(device_labels.POSITION_EDGES),
+                     "position_factor": [round(float(f), 3) for f in labels.position_factor],
+                     "residual_fold": round(labels.residual_fold, 3)}}
         chip_model = None if sweep is None else device_one_model.fit_chip_model(
             *device_one_model.training_set(sweep, p.frame))
         correction = fit(p, about, parts, (correction, held), chip_model)
