@@ -58,3 +58,14 @@ def test_labels_replace_the_chip_seconds_and_keep_the_raw_median(tmp_path):
 def test_no_observation_is_an_error():
     with pytest.raises(ValueError, match="no chip observation"):
         dl.fit_labels([])
+
+
+def test_programs_seen_once_cannot_separate_position_from_program(tmp_path):
+    seconds = np.ones(40)
+    once = _call(tmp_path / "a.jsonl", range(40), seconds, slow_first=2.0, call_factor=1.0)
+    with pytest.raises(ValueError, match="0 programs compiled in two processes"):
+        dl.fit_labels(dl.observations([once]))
+    # a second process repeating 19 of them is still too few
+    again = _call(tmp_path / "b.jsonl", range(19), seconds, slow_first=1.0, call_factor=1.0)
+    with pytest.raises(ValueError, match="19 programs"):
+        dl.fit_labels(dl.observations([once, again]))

@@ -9,6 +9,7 @@ held-out figures are of model and step together, each blind to the library score
     python -m costmodel.training.fitting.device_correction --model models/default/tpu-v5e \\
         --rows training/data/tpu-v5e/rows.parquet --predictions HELD_OUT.parquet \\
         --device-rows bench/data/tpu_device/*.jsonl [--phase-rows ROWS] [--json OUT] [--dry-run]
+        [--raw-labels]
 
 `--phase-rows` (sweep rows with libtpu's stage split) blends in part models (`device_parts`).
 """
@@ -339,9 +340,12 @@ def main(argv=None) -> int:
         p = with_outside(p, pd.read_parquet(args.outside[0]), outside_rows)
     labels = None
     if not args.raw_labels:
-        labels = device_labels.fit_labels(device_labels.observations(
-            [*args.device_rows, *outside_paths]))
-        p = device_labels.with_labels(p, labels)
+        try:
+            labels = device_labels.fit_labels(device_labels.observations(
+                [*args.device_rows, *outside_paths]))
+            p = device_labels.with_labels(p, labels)
+        except ValueError as exc:
+            print(f"labels: raw medians ({exc})", file=sys.stderr)
     parts = (device_parts.part_rows(dataset.load(args.phase_rows)) if args.phase_rows
              else None)
     sweep = dataset.load(args.chip_model) if args.chip_model else None

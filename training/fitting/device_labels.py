@@ -27,6 +27,9 @@ import pandas as pd
 # compiles before this one in its process (the reference program's included)
 POSITION_EDGES = (0, 3, 10, 20, 40, 80, 160, 320)
 CALL_RIDGE = 0.5
+# programs compiled in two processes or more: fewer, and position and call cannot be told
+# from the programs themselves
+MIN_REPEATED = 20
 _COMPILES = ("ref_device_s", "device_s", "deviceless_s", "ref_deviceless_s")
 
 
@@ -70,6 +73,13 @@ def fit_labels(obs: list[Observation]) -> Labels:
 
     if not obs:
         raise ValueError("no chip observation to label")
+    processes: dict[str, set[str]] = {}
+    for o in obs:
+        processes.setdefault(o.key, set()).add(o.process)
+    repeated = sum(len(v) > 1 for v in processes.values())
+    if repeated < MIN_REPEATED:
+        raise ValueError(f"{repeated} programs compiled in two processes or more, "
+                         f"{MIN_REPEATED} needed to take out position and call")
     keys = sorted({o.key for o in obs})
     calls = sorted({o.process for o in obs})
     kid, cid = {k: i for i, k in enumerate(keys)}, {c: i for i, c in enumerate(calls)}
