@@ -3,8 +3,9 @@ process's warm-up and the call's host drift removed.
 
 On the chip's host a compile gets faster the more the process has compiled before: fitted
 over 875 compiles, a process's first three take 1.69x the average, those after 320 others
-0.68x (bench/FINDINGS.md, "A chip process warms for hundreds of compiles"). The device calls put programs at random places in their processes, so a raw
-label carries that factor as noise. Every chip compile is one observation
+0.68x (bench/FINDINGS.md, "A chip process warms for hundreds of compiles"). The device
+calls put programs at random places in their processes, so a raw label carries that
+factor as noise. Every chip compile is one observation
 
     log seconds = program + position(compiles before it in its process) + call
 
