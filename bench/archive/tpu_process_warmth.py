@@ -30,15 +30,8 @@ def _bin(position: int) -> int:
 
 def reference_by_position(paths) -> list[dict]:
     seconds: dict[int, list[float]] = {}
-    for path in paths:
-        position = 0
-        for line in Path(path).read_text().splitlines():
-            r = json.loads(line)
-            if "environment" in r:
-                position = 0
-                continue
-            seconds.setdefault(_bin(position), []).extend(r.get("ref_device_s") or [])
-            position += sum(len(r.get(name) or []) for name in dl._COMPILES)
+    for _, position, r in dl.positioned(paths):
+        seconds.setdefault(_bin(position), []).extend(r.get("ref_device_s") or [])
     return [{"from": dl.POSITION_EDGES[b], "n": len(v), "median_s": statistics.median(v)}
             for b, v in sorted(seconds.items()) if v]
 

@@ -49,10 +49,9 @@ class Labels:
     residual_fold: float  # median fold of an observation from its fit, programs seen twice
 
 
-def observations(paths) -> list[Observation]:
-    """Each ok chip compile of device-row files (`tpu_device_run.py`), in file order; a
-    file's `environment` line starts a new process."""
-    out = []
+def positioned(paths):
+    """(process, compiles before it in that process, row) of each row of device-row files
+    (`tpu_device_run.py`), in file order; a file's `environment` line starts a process."""
     for path in paths:
         process, position = 0, 0
         for line in Path(path).read_text().splitlines():
@@ -60,11 +59,16 @@ def observations(paths) -> list[Observation]:
             if "environment" in r:
                 process, position = process + 1, 0
                 continue
-            if r.get("status") == "ok" and r.get("device_s"):
-                out.append(Observation(r["key"], f"{path}#{process}", position,
-                                       float(np.log(statistics.median(r["device_s"])))))
+            yield f"{path}#{process}", position, r
             position += sum(len(r.get(name) or []) for name in _COMPILES)
-    return out
+
+
+def observations(paths) -> list[Observation]:
+    """Each ok chip compile of device-row files, in file order."""
+    return [Observation(r["key"], process, position,
+                        float(np.log(statistics.median(r["device_s"]))))
+            for process, position, r in positioned(paths)
+            if r.get("status") == "ok" and r.get("device_s")]
 
 
 def fit_labels(obs: list[Observation]) -> Labels:
