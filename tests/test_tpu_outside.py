@@ -124,3 +124,61 @@ def test_the_outside_programs_base_is_the_shipped_models_prediction(tmp_path):
     inputs = {c[2:]: float(committed[c].iloc[0]) for c in committed if c.startswith("f_")}
     point = load_default("tpu", "v5e").predictor.predict([inputs])["compile_seconds"]["point"]
     assert committed["base"].iloc[0] == pytest.approx(float(point[0]))
+
+
+def test_each_pass_compiles_every_program_once_in_its_own_order():
+    from conftest import bench_module
+
+    pass_order = bench_module("tpu_device_run").pass_order
+    entries = [{"name": f"o{i}"} for i in range(12)]
+    got = list(pass_order(entries, 3, seed=7))
+    assert [k for k, _ in got] == [0] * 12 + [1] * 12 + [2] * 12
+    orders = [[e["name"] for k, e in got if k == p] for p in range(3)]
+    assert all(sorted(o) == sorted(e["name"] for e in entries) for o in orders)
+    assert len({tuple(o) for o in orders}) == 3  # three different orders
+    assert [e["name"] for _, e in pass_order(entries, 3, seed=7)][:12] == orders[0]
+    assert [e["name"] for _, e in pass_order(entries, 1, None)] == [e["name"] for e in entries]
+
+
+def test_new_programs_are_scored_at_the_average_process_state(tmp_path):
+    """A stored context (40 programs in two processes, opposite orders, the first five
+    compiles of each 2x slow) and a new call compiling anchors then a new program first in
+    its process: the new programs' labels leave out their slow start, raw medians do not."""
+    from conftest import bench_module
+
+    outside = bench_module("tpu_outside")
+    rng = np.random.default_rng(1)
+    seconds = dict(zip([f"k{i}" for i in range(40)], np.exp(rng.normal(0, 1, 40))))
+    new_keys = ["n1", "n2", "n3"]
+    seconds.update(zip(new_keys, [0.5, 2.0, 6.0]))
+
+    def call(name, order):
+        lines = [json.dumps({"environment": {"device_kind": "TPU v5 lite"}})]
+        for i, k in enumerate(order):
+            s = seconds[k] * (2.0 if i < 5 else 1.0)
+            lines.append(json.dumps({"key": k, "ref_device_s": [0.08], "device_s": [s],
+                                     "status": "ok"}))
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+        return str(tmp_path / name)
+
+    keys = [f"k{i}" for i in range(40)]
+    context = [call("a.jsonl", keys), call("b.jsonl", keys[::-1])]
+    new = call("new.jsonl", new_keys + keys[10:30])  # the new ones first: 2x slow
+    # labels are at the observations' average state: 15 of 103 compiles were 2x slow
+    state = 2.0 ** (15 / 103)
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"programs": [
+        {"key": k, "library": "lib", "suite": "s", "here_s": seconds[k] * state,
+         "interval": [seconds[k] / 2, seconds[k] * 2], "hlo_ops": ops, "rss_bytes": 1e8}
+        for k, ops in zip(new_keys, [1e2, 1e3, 1e4])]}))
+    labelled = outside.score([new], manifest, context)
+    raw = outside.score([new], manifest)
+    assert labelled["compiled_ok"] == raw["compiled_ok"] == 3
+    got = {r["key"]: (r["measured"], r["raw"]) for r in labelled["rows"]}
+    for k in new_keys:
+        assert got[k][0] == pytest.approx(seconds[k] * state, rel=0.01)
+        assert got[k][1] == pytest.approx(2 * seconds[k])
+    assert labelled["costmodel"]["median_fold"] == pytest.approx(1.0, abs=0.01)
+    assert raw["costmodel"]["median_fold"] == pytest.approx(2.0 / state)
+    assert labelled["costmodel_raw_medians"]["median_fold"] == pytest.approx(2.0 / state)
+    assert labelled["labels"] == "process state" and raw["labels"] == "raw medians"

@@ -9,6 +9,12 @@ compilation cache off, and must fire exactly one backend compile. Rows are writt
 
     python bench/evaluations/tpu_device_run.py ARTIFACTS_DIR --out rows.jsonl [--budget-s 480] [--skip N]
         [--max-here-s S] [--fresh-rss-below-s S | --fresh-rss-only] [--stages]
+        [--passes N --order-seed SEED]
+
+With `--passes N` the process goes through the programs N times, each pass in its own
+order shuffled from `--order-seed` (the first pass in manifest order without one), so each
+program is compiled early and late in the process: the process warms for hundreds of
+compiles (`training/fitting/device_labels.py` takes that out of the labels).
 
 With `--stages` each chip and deviceless compile also records libtpu's own stage seconds
 (HLO passes, backend passes, code generation, end to end) from its INFO log, read by the
@@ -98,6 +104,9 @@ def main() -> None:
                              "(programs compiled on the chip before)")
     parser.add_argument("--stages", action="store_true",
                         help="record libtpu's stage seconds of every timed compile")
+    parser.add_argument("--passes", type=int, default=1)
+    parser.add_argument("--order-seed", type=int, default=None,
+                        help="shuffle every pass's order (pass k from seed + k)")
     parser.add_argument("--rss-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rss_child:
@@ -158,14 +167,14 @@ def main() -> None:
     reference("device"), reference("deviceless")  # warm both compilers
     with open(args.out, "a") as out:
         out.write(json.dumps({"environment": env}) + "\n")
-        for entry in manifest["programs"][args.skip:]:
+        chosen = [e for e in manifest["programs"][args.skip:] if "file" in e and (
+            args.max_here_s is None or e["here_s"] <= args.max_here_s)]
+        for pass_index, entry in pass_order(chosen, args.passes, args.order_seed):
             if time.monotonic() - started > args.budget_s:
                 break
-            if "file" not in entry:  # a manifest's entry that was not exported
-                continue
-            if args.max_here_s is not None and entry["here_s"] > args.max_here_s:
-                continue
             row = {"name": entry["name"], "key": entry["key"]}
+            if args.passes > 1:
+                row["pass"] = pass_index
             staged.clear()
             try:
                 jax.config.update("jax_enable_x64", bool(entry["x64"]))
@@ -195,6 +204,19 @@ def main() -> None:
             out.write(json.dumps(row) + "\n")
             out.flush()
             print(json.dumps(row), flush=True)
+
+
+def pass_order(entries: list, passes: int, seed: int | None):
+    """(pass, entry) in the order a process compiles them: `passes` times through
+    `entries`, pass k shuffled by `random.Random(seed + k)` (unshuffled with no seed)."""
+    import random
+
+    for k in range(passes):
+        order = list(entries)
+        if seed is not None:
+            random.Random(seed + k).shuffle(order)
+        for entry in order:
+            yield k, entry
 
 
 def _fresh_rss_rows(args, started: float) -> None:

@@ -218,10 +218,22 @@ def normalize(pairs, out: Path) -> None:
     out.write_text("\n".join(lines) + "\n")
 
 
-def score(paths, manifest_path: Path) -> dict:
+def process_state_labels(paths, context) -> dict[str, float]:
+    """Each program's chip seconds at the observations' average process state
+    (`device_labels`), fitted over `paths` and the `context` device-row files together: the
+    stored calls tie down the position factors, and programs seen in both (anchors) tie the
+    new calls' host drift."""
+    from costmodel.training.fitting import device_labels
+
+    labels = device_labels.fit_labels(device_labels.observations([*context, *paths]))
+    return labels.seconds.to_dict()
+
+
+def score(paths, manifest_path: Path, context=None) -> dict:
     from costmodel.training.fitting.device_correction import read_device_rows
 
     env, device = read_device_rows(paths)
+    labels = process_state_labels(paths, context) if context else None
     manifest = {e["key"]: e for e in json.loads(manifest_path.read_text())["programs"]}
     ok = [r for r in device if r.get("status") == "ok" and r["key"] in manifest]
     seconds: dict[str, list[float]] = {}  # a program compiled in several calls: all of them
@@ -235,7 +247,8 @@ def score(paths, manifest_path: Path) -> dict:
     for key, measured_s in seconds.items():
         entry = manifest[key]
         rows.append({"key": key, "library": entry["library"], "suite": entry["suite"],
-                     "measured": statistics.median(measured_s), "ours": entry["here_s"],
+                     "measured": labels[key] if labels else statistics.median(measured_s),
+                     "raw": statistics.median(measured_s), "ours": entry["here_s"],
                      "lo": entry["interval"][0], "hi": entry["interval"][1],
                      "hlo_ops": entry["hlo_ops"], "cpu": cpu.get(key),
                      "rss": fresh.get(key), "rss_pred": entry["rss_bytes"]})
@@ -249,14 +262,20 @@ def score(paths, manifest_path: Path) -> dict:
     result["costmodel"]["coverage"] = statistics.fmean(
         r["lo"] <= r["measured"] <= r["hi"] for r in rows)
     result["costmodel"]["spearman"] = _spearman([r["ours"] for r in rows], measured)
+    result["labels"] = "process state" if labels else "raw medians"
+    if labels:  # the same predictions against each program's raw median over its compiles
+        result["costmodel_raw_medians"] = folds([r["ours"] for r in rows],
+                                                [r["raw"] for r in rows])
     result["power_law_fitted_on_suite"] = folds(
         leave_one_out_power_law([r["hlo_ops"] for r in rows], measured), measured)
     with_cpu = [r for r in rows if r["cpu"]]
-    logs = [math.log(r["measured"] / r["cpu"]) for r in with_cpu]
-    loo = [r["cpu"] * math.exp((sum(logs) - v) / (len(logs) - 1)) for r, v in zip(with_cpu, logs)]
-    result["cpu_times_constant"] = folds(loo, [r["measured"] for r in with_cpu])
-    result["costmodel_on_those"] = folds([r["ours"] for r in with_cpu],
-                                         [r["measured"] for r in with_cpu])
+    if len(with_cpu) > 1:  # a suite whose CPU compiles were measured
+        logs = [math.log(r["measured"] / r["cpu"]) for r in with_cpu]
+        loo = [r["cpu"] * math.exp((sum(logs) - v) / (len(logs) - 1))
+               for r, v in zip(with_cpu, logs)]
+        result["cpu_times_constant"] = folds(loo, [r["measured"] for r in with_cpu])
+        result["costmodel_on_those"] = folds([r["ours"] for r in with_cpu],
+                                             [r["measured"] for r in with_cpu])
     big = [r for r in rows if r["rss"] and r["rss"] > 50e6]
     result["host_rss_over_50MB"] = folds([r["rss_pred"] for r in big], [r["rss"] for r in big]) \
         if big else None
@@ -288,6 +307,9 @@ def main() -> None:
     p.add_argument("paths", nargs="+")
     p.add_argument("--manifest", type=Path, required=True)
     p.add_argument("--json", type=Path)
+    p.add_argument("--labels-with", nargs="+", metavar="DEVICE_ROWS",
+                   help="label each program at the average process state, fitted with "
+                        "these stored chip rows (else each program's raw median)")
     args = parser.parse_args()
     if args.command == "export":
         export(args.programs, args.out, args.max_predicted_s)
@@ -301,7 +323,7 @@ def main() -> None:
     if args.command == "rebase":
         rebase(args.out)
         return
-    result = score(args.paths, args.manifest)
+    result = score(args.paths, args.manifest, args.labels_with)
     text = json.dumps(result, indent=1)
     print(json.dumps({k: v for k, v in result.items() if k != "rows"}, indent=1))
     if args.json:
