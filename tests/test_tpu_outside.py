@@ -182,3 +182,26 @@ def test_new_programs_are_scored_at_the_average_process_state(tmp_path):
     assert raw["costmodel"]["median_fold"] == pytest.approx(2.0 / state)
     assert labelled["costmodel_raw_medians"]["median_fold"] == pytest.approx(2.0 / state)
     assert labelled["labels"] == "process state" and raw["labels"] == "raw medians"
+
+
+def test_the_third_outside_suite_on_the_chip_as_shipped():
+    """42 programs of 12 libraries nothing here had used, the shipped model's predictions
+    kept at export, labelled with every stored chip call (the figure in FINDINGS)."""
+    from pathlib import Path
+
+    from conftest import bench_module
+
+    data = Path(__file__).parents[1] / "bench/data"
+    context = sorted((data / "tpu_device").glob("*.jsonl")) + [data / "tpu_outside/normalized.jsonl"]
+    got = bench_module("tpu_outside").score(
+        [data / f"tpu_outside/outside_c{i}.jsonl" for i in (1, 2, 3)],
+        data / "tpu_outside/manifest_c.json", [str(p) for p in context])
+    assert got["compiled_ok"] == 42 and len(got["libraries"]) == 12
+    ours = got["costmodel"]
+    assert ours["median_fold"] == pytest.approx(1.470, abs=0.001)
+    assert ours["p90_fold"] == pytest.approx(3.12, abs=0.01)
+    assert ours["coverage"] == pytest.approx(31 / 42)
+    assert got["costmodel_raw_medians"]["median_fold"] == pytest.approx(1.569, abs=0.001)
+    assert got["power_law_fitted_on_suite"]["median_fold"] == pytest.approx(2.011, abs=0.001)
+    # the suite's measured CPU seconds (bench/data/outside_libraries_c) times a constant
+    assert got["cpu_times_constant"]["median_fold"] == pytest.approx(1.752, abs=0.001)

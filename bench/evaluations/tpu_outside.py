@@ -40,7 +40,8 @@ from tpu_device import _spearman, folds, serialize_for_tpu  # noqa: E402
 
 # where the CPU compile seconds of each suite were measured (first pass, calibrated run)
 CPU_RUNS = ("bench/data/outside_libraries", "bench/data/outside_libraries_b1",
-            "bench/data/outside_libraries_b2", "bench/data/outside_top")
+            "bench/data/outside_libraries_b2", "bench/data/outside_top",
+            "bench/data/outside_libraries_c")
 
 
 def program_key(family: str, params: dict) -> str:
@@ -166,10 +167,13 @@ def cpu_seconds(runs=CPU_RUNS) -> dict[str, float]:
 
     found: dict[str, float] = {}
     for run in runs:
-        path = Path(run) / "measured.parquet"
-        if not path.exists():
+        path = Path(run) / "measured.parquet"  # compacted, else the run's own lines
+        if path.exists():
+            rows = pd.read_parquet(path)
+        elif path.with_suffix(".jsonl").exists():
+            rows = pd.read_json(path.with_suffix(".jsonl"), lines=True, dtype=False)
+        else:
             continue
-        rows = pd.read_parquet(path)
         for row in rows[rows["status"] == "ok"].itertuples():
             found.setdefault(program_key(row.family, json.loads(row.params)),
                              float(row.compile_seconds))
