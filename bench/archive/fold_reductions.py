@@ -1,0 +1,67 @@
+"""What a folded reduction costs XLA's constant folding, by its reducer: issue 55's LP
+solver, whose captured constraint matrix is rescaled while compiling (`mpax`'s Ruiz
+equilibration), spent 7-28 s in the `constant_folding` pass.
+
+    python bench/archive/fold_reductions.py [--side 1024] [--repeats 3] [--json PATH]
+
+As `fold_kinds.py` measures an op kind (its programs and timing, the op in a call of its
+own so XLA's interpreter folds it): each program returns `x @ table`, the table a captured
+one after a reduction broadcast back to the table's shape (broadcasts are not folded), and
+a reduction's cost is its program's median compile time less the median without it,
+divided by the elements it reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+from fold_kinds import compile_seconds
+
+
+def kinds() -> dict:
+    """Reduction -> (table -> table after it, elements read in tables' sizes)."""
+    import jax.numpy as jnp
+
+    return {
+        "nothing": (lambda t: t, 0),
+        "multiply": (lambda t: t * 2.0, 2),
+        "sum_rows": (lambda t: jnp.broadcast_to(t.sum(axis=0), t.shape), 1),
+        "sum_cols": (lambda t: jnp.broadcast_to(t.sum(axis=1, keepdims=True), t.shape), 1),
+        "max_rows": (lambda t: jnp.broadcast_to(t.max(axis=0), t.shape), 1),
+        "max_cols": (lambda t: jnp.broadcast_to(t.max(axis=1, keepdims=True), t.shape), 1),
+        "max_all": (lambda t: jnp.broadcast_to(t.max(), t.shape), 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--side", type=int, default=1024)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_compilation_cache", False)
+    table = np.random.default_rng(0).standard_normal((args.side, args.side)).astype(np.float32)
+    made = kinds()
+    times = {kind: [] for kind in made}
+    for _ in range(args.repeats):  # kinds interleaved, a new function each compile
+        for kind, (op, _) in made.items():
+            times[kind].append(compile_seconds(lambda: jnp.asarray(table), op, args.side, True))
+    base = statistics.median(times["nothing"])
+    ns = {kind: (statistics.median(v) - base) / (made[kind][1] * args.side ** 2) * 1e9
+          for kind, v in times.items() if kind != "nothing"}
+    for kind, v in ns.items():
+        print(f"{kind:9s} {v:8.1f} ns per element read, {v / ns['multiply']:6.1f} multiplies")
+    out = {"side": args.side, "jax": jax.__version__, "ns_per_element": ns, "seconds": times}
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
