@@ -34,6 +34,8 @@ def kinds() -> dict:
         "max_rows": (lambda t: jnp.broadcast_to(t.max(axis=0), t.shape), 1),
         "max_cols": (lambda t: jnp.broadcast_to(t.max(axis=1, keepdims=True), t.shape), 1),
         "max_all": (lambda t: jnp.broadcast_to(t.max(), t.shape), 1),
+        "min_rows": (lambda t: jnp.broadcast_to(t.min(axis=0), t.shape), 1),
+        "prod_rows": (lambda t: jnp.broadcast_to(t.prod(axis=0), t.shape), 1),
     }
 
 
