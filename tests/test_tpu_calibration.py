@@ -118,7 +118,7 @@ def test_a_tpu_scale_applies_to_tpu_predictions_and_not_to_cpu_ones(
     assert got.compile_seconds == pytest.approx(plain_tpu.compile_seconds * 0.85)
     assert got.peak_memory_bytes == plain_tpu.peak_memory_bytes
     # the model ratio is then the fitted host's times 0.85: the two agree within
-    # 1 / REFERENCE_HOST_SCALE (1.10 < 1.15), so intervals are as fitted
+    # 1 / REFERENCE_HOST_SCALE (1.08 < 1.15), so intervals are as fitted
     assert record["spread"] == pytest.approx(1 / tpu.REFERENCE_HOST_SCALE, abs=0.01)
     assert record["log_uncertainty"] == 0.0
     assert got.compile_seconds_interval == pytest.approx(
@@ -293,8 +293,9 @@ def test_the_sets_chip_figures_are_those_stored(set_inputs, predicted):
     assert record["scale"] == pytest.approx(1.0, abs=6e-4)
     # chosen where the model was close on that host (0.85-1.05x with the model of
     # 2026-12-06 00:18); the model trained on the quiet sharded rows reads 0.77-1.10x,
-    # and with the correction refitted on two passes of the outside programs 0.74-1.13x
-    assert all(0.73 <= here[p]["compile_seconds"] / predicted[p] <= 1.14 for p in here)
+    # with the correction refitted on two passes of the outside programs 0.74-1.13x, and
+    # with the third outside suite in it 0.83-1.14x
+    assert all(0.73 <= here[p]["compile_seconds"] / predicted[p] <= 1.15 for p in here)
 
 
 def test_the_export_is_what_tpu_device_run_reads(tmp_path):

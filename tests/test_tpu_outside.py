@@ -118,7 +118,7 @@ def test_the_outside_programs_base_is_the_shipped_models_prediction(tmp_path):
     frame.to_parquet(copy)
     bench_module("tpu_outside").rebase(copy)
     again, committed = pd.read_parquet(copy), pd.read_parquet(stored)
-    assert len(committed) == 89  # the exported programs and those predicted over its limit
+    assert len(committed) == 131  # the exported programs and those predicted over its limit
     np.testing.assert_allclose(again["base"], committed["base"], rtol=1e-9)
     np.testing.assert_allclose(again["rss_pred"], committed["rss_pred"], rtol=1e-9)
     inputs = {c[2:]: float(committed[c].iloc[0]) for c in committed if c.startswith("f_")}
@@ -192,7 +192,9 @@ def test_the_third_outside_suite_on_the_chip_as_shipped():
     from conftest import bench_module
 
     data = Path(__file__).parents[1] / "bench/data"
-    context = sorted((data / "tpu_device").glob("*.jsonl")) + [data / "tpu_outside/normalized.jsonl"]
+    # every stored chip call but the suite's own (`normalized.jsonl` holds the suite too)
+    context = sorted((data / "tpu_device").glob("*.jsonl")) + sorted(
+        (data / "tpu_outside").glob("outside[1-7]*.jsonl"))
     got = bench_module("tpu_outside").score(
         [data / f"tpu_outside/outside_c{i}.jsonl" for i in (1, 2, 3)],
         data / "tpu_outside/manifest_c.json", [str(p) for p in context])
