@@ -313,7 +313,8 @@ def main() -> None:
     p.add_argument("--json", type=Path)
     p.add_argument("--labels-with", nargs="+", metavar="DEVICE_ROWS",
                    help="label each program at the average process state, fitted with "
-                        "these stored chip rows (else each program's raw median)")
+                        "these stored chip rows, which must not hold PATHS' calls again "
+                        "(normalized.jsonl holds every outside call; else raw medians)")
     args = parser.parse_args()
     if args.command == "export":
         export(args.programs, args.out, args.max_predicted_s)
