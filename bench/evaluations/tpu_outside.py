@@ -16,8 +16,12 @@ fitted on the other programs (leave one out).
     # on the device machine: python bench/evaluations/tpu_device_run.py .tpu-artifacts-outside \\
     #     --out $OUT/outside.jsonl --max-here-s 40 --fresh-rss-below-s 3 --stages
     python bench/evaluations/tpu_outside.py rebase bench/data/tpu_outside/features.parquet  # after a rebuild
-    python bench/evaluations/tpu_outside.py score bench/data/tpu_outside/*.jsonl \\
+    python bench/evaluations/tpu_outside.py score bench/data/tpu_outside/outside[1-7]*.jsonl \\
         --manifest bench/data/tpu_outside/manifest.json [--json bench/results/tpu_outside.json]
+    # a suite's own calls, labelled at one process state with every other stored chip call
+    python bench/evaluations/tpu_outside.py score bench/data/tpu_outside/outside_c*.jsonl \\
+        --manifest bench/data/tpu_outside/manifest_c.json \\
+        --labels-with bench/data/tpu_device/*.jsonl bench/data/tpu_outside/outside[1-7]*.jsonl
 
 In the manifest `here_s` is the model's chip prediction (what `--max-here-s` filters by).
 """

@@ -10,7 +10,7 @@ once in that process (`WARM_UP_SUFFIX`), and the factor applied is the median ov
 set of each program's compile there over its compile on the v5e host the correction was
 fitted on (`calibration_set`): 1.0 on that host by construction, where the model ratio
 (each compile over the model's chip prediction, correction included) reads 0.93 with the
-shipped correction and read 1.00 and 0.89 with the two before: it moves with every refit,
+shipped correction and read 0.91, 1.00 and 0.89 with the three before: it moves with every refit,
 the set's stored seconds do not. The model's predictions come from the set's
 TPU lowering made here (with `JAX_PLATFORMS=cpu`, in a process of its own, so the chip is
 left to the measuring processes).
