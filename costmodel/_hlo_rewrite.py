@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from costmodel import _hlo_rows
 from costmodel.features.jaxpr import INVARIANT_COVER_SHARE, _longest_repeat, _repeat_of_period
 
 MAX_SCANS = 4  # as `_rewrite.MAX_SCANS`: a loop and its gradient are two runs
@@ -237,11 +238,19 @@ def _rewrite_run(module, main, blocks, name: str) -> bool:
     body_fn.attributes["sym_visibility"] = ir.StringAttr.get("private")
     entry = body_fn.add_entry_block()
 
+    read_as_rows = []  # per-step values read as rows of an earlier scan's stack
     with ir.InsertionPoint(blocks[0][0]):
-        xs_stacks = [hlo.ConcatenateOp(
-            [hlo.ReshapeOp(one_row_type(ios[k][0][i].type), ios[k][0][i]).result
-             for k in range(repeats)], ir.IntegerAttr.get(
-                ir.IntegerType.get_signless(64), 0)).result for i in xs]
+        xs_stacks = []
+        for i in xs:
+            values = [ios[k][0][i] for k in range(repeats)]
+            rows = _hlo_rows.rows_source(values)
+            if rows is not None:
+                xs_stacks.append(_hlo_rows.take_rows(*rows))
+                read_as_rows += values
+                continue
+            xs_stacks.append(hlo.ConcatenateOp(
+                [hlo.ReshapeOp(one_row_type(v.type), v).result for v in values],
+                ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 0)).result)
         ys_inits = []
         for j in stacked:
             t = ir.RankedTensorType(first_outputs[j].type)
@@ -301,6 +310,8 @@ def _rewrite_run(module, main, blocks, name: str) -> bool:
         last.replace_all_uses_with(loop_results[n_c + n_x + 1 + pos])
     for pos, j in enumerate(stacked):
         ys = loop_results[n_c + n_x + 1 + n_r + pos]
+        _hlo_rows.restack(ys, [ios[k][1][j] for k in range(repeats)],
+                          lambda op: _top_level(op, main) not in run)
         t = first_outputs[j].type
         rank = len(ir.RankedTensorType(t).shape)
         for k in range(repeats):
@@ -331,6 +342,7 @@ def _rewrite_run(module, main, blocks, name: str) -> bool:
                     inner.replace_uses_of_with(old, mapping[old])
     with ir.InsertionPoint(entry):
         func.ReturnOp(out_values)
+    _hlo_rows.erase_dead(read_as_rows)
     return True
 
 

@@ -18,14 +18,19 @@ _DATA_MOVEMENT = {"slice", "squeeze", "reshape", "broadcast_in_dim", "concatenat
                   "convert_element_type"}
 
 
-def _eval_eqns(eqns, env: dict) -> None:
-    """Evaluate equations into `env` (var -> value) by binding their primitives."""
+def _eval_eqns(eqns, env: dict, special: dict | None = None) -> None:
+    """Evaluate equations into `env` (var -> value) by binding their primitives
+    (`special`: {id(eqn): a function of its operands bound instead}; an operand it does
+    not read may be missing from `env`)."""
     from jax.extend.core import Literal
 
     def read(v):
-        return v.val if isinstance(v, Literal) else env[v]
+        return v.val if isinstance(v, Literal) else env.get(v)
 
     for eqn in eqns:
+        if special and id(eqn) in special:
+            env[eqn.outvars[0]] = special[id(eqn)](*map(read, eqn.invars))
+            continue
         params = eqn.primitive.get_bind_params(eqn.params)
         with eqn.ctx.manager:
             outs = eqn.primitive.bind(*map(read, eqn.invars), **params)
@@ -120,11 +125,12 @@ def same_shaped_run(eqns, start: int, size: int, repeats: int) -> tuple[int, int
     return start + best_start * size, best_len
 
 
-def as_scan(closed_jaxpr, start: int, size: int, repeats: int):
+def as_scan(closed_jaxpr, start: int, size: int, repeats: int, min_scanned: int = MIN_SCANNED):
     """A function computing `closed_jaxpr` with the repeated blocks run by `lax.scan`:
     the longest run of them whose operands have the same shapes (`same_shaped_run`).
 
-    Returns (fn, arg_shapes) to lower, or None when the blocks cannot be chained.
+    Returns (fn, arg_shapes) to lower, or None when the blocks cannot be chained or fewer
+    than `min_scanned` of them can.
     """
     import jax
     import jax.numpy as jnp
@@ -132,13 +138,13 @@ def as_scan(closed_jaxpr, start: int, size: int, repeats: int):
 
     jaxpr = closed_jaxpr.jaxpr
     eqns = jaxpr.eqns
-    if repeats < MIN_SCANNED:
+    if repeats < min_scanned:
         return None
     start, repeats = same_shaped_run(eqns, start, size, repeats)
-    if repeats < MIN_SCANNED:
+    if repeats < min_scanned:
         return None
     plan = plan_scan(eqns, start, size, repeats)
-    if plan is None and repeats - 1 >= MIN_SCANNED:
+    if plan is None and repeats - 1 >= min_scanned:
         # The first repeat may read an initial value as a literal (an optimizer's step
         # count of 0), so it has one input fewer: leave it unrolled, scan the rest.
         start, repeats = start + size, repeats - 1
@@ -158,15 +164,35 @@ def as_scan(closed_jaxpr, start: int, size: int, repeats: int):
                if any(ios[k][1][j] in used
                       for k in range(repeats - 1 if j in carried else repeats))]
 
+    idx = {kind: [i for i, k in enumerate(plan.kinds) if k == kind]
+           for kind in ("carry", "xs", "const")}
+    # the steps' values stacked again after the loop (by a scan written earlier, over the
+    # same steps) are the scan's stacked outputs as they are
+    after = eqns[end:]
+    restacked = _restacks(after, [[ios[k][1][j] for k in range(repeats)] for j in stacked])
+    reads = {id(after[n]): [v for m, v in enumerate(after[n].invars)
+                            if not at <= m < at + count]
+             for n, (_, at, count, _, _) in restacked.items()}
+    rest = _live(after, jaxpr.outvars, reads)
+    read_after = _read_by(rest, jaxpr.outvars, reads)
+    # per-step values that are rows of one array (an earlier scan's outputs, which the
+    # backward pass of a loop reads in reverse) are scanned over that array's rows, as
+    # a gradient of a scan reads them, not sliced out and stacked again
+    rows = {i: _rows_of(eqns[:start], [ios[k][0][i] for k in range(repeats)])
+            for i in idx["xs"]}
+    needed = (_read_by(blocks[0], ()) | _read_by(eqns[end:], jaxpr.outvars)
+              | {v for k in range(repeats) for v in ios[k][0]})
+    before = _live(eqns[:start], needed - {v for i, found in rows.items() if found
+                                           for v in (ios[k][0][i] for k in range(repeats))})
+
     def fn(*args):
         env = dict(zip(jaxpr.constvars, closed_jaxpr.consts))
         env.update(zip(jaxpr.invars, args))
-        _eval_eqns(eqns[:start], env)
+        _eval_eqns(before, env)
         read = _reader(env)
-        idx = {kind: [i for i, k in enumerate(plan.kinds) if k == kind]
-               for kind in ("carry", "xs", "const")}
         carry0 = [read(ios[0][0][i]) for i in idx["carry"]]
-        xs = [jnp.stack([read(ios[k][0][i]) for k in range(repeats)]) for i in idx["xs"]]
+        xs = [_read_rows(read, rows[i], repeats) if rows[i]
+              else jnp.stack([read(ios[k][0][i]) for k in range(repeats)]) for i in idx["xs"]]
         consts = [read(ios[0][0][i]) for i in idx["const"]]
 
         def body(carry, x):
@@ -187,8 +213,11 @@ def as_scan(closed_jaxpr, start: int, size: int, repeats: int):
         # other outputs of any block used after the loop come from the stacked ys
         for k in range(repeats):
             for j, y in zip(stacked, ys):
-                env.setdefault(ios[k][1][j], y[k])
-        _eval_eqns(eqns[end:], env)
+                if ios[k][1][j] in read_after and ios[k][1][j] not in env:
+                    env[ios[k][1][j]] = y[k]
+        special = {id(after[n]): _restack(ys[position], *how)
+                   for n, (position, *how) in restacked.items()}
+        _eval_eqns(rest, env, special)
         return [_reader(env)(v) for v in jaxpr.outvars]
 
     shapes = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in jaxpr.invars]
@@ -213,7 +242,7 @@ def scan_remaining(fn, shapes, min_repeats: int):
             eqns, [*closed.jaxpr.constvars, *closed.jaxpr.invars])
         # the rows an earlier scan's outputs are read back by repeat too: glue, not a loop
         glue = all(e.primitive.name in _DATA_MOVEMENT for e in eqns[start:start + size])
-        rewritten = (as_scan(closed, start, size, repeats)
+        rewritten = (as_scan(closed, start, size, repeats, min_repeats)
                      if repeats >= min_repeats and not glue else None)
         if rewritten is None:
             break
@@ -221,12 +250,112 @@ def scan_remaining(fn, shapes, min_repeats: int):
     return fn, shapes
 
 
-def _read_by(eqns, outvars) -> set:
-    """The vars (not literals) that `eqns` read or the program returns."""
+def _rows_of(eqns, values: list) -> tuple | None:
+    """(array, first row, step) when `values` are rows first, first + step, ... (step 1
+    or -1) of one array, each taken by a `slice` then a `squeeze` among `eqns`."""
+    made = {v: eqn for eqn in eqns for v in eqn.outvars}
+    found = []
+    for value in values:
+        squeeze = made.get(value)
+        if squeeze is None or squeeze.primitive.name != "squeeze":
+            return None
+        cut = made.get(squeeze.invars[0])
+        if (cut is None or cut.primitive.name != "slice" or squeeze.params["dimensions"] != (0,)
+                or any(stride != 1 for stride in cut.params["strides"] or ())):
+            return None
+        shape = cut.invars[0].aval.shape
+        lo, hi = cut.params["start_indices"], cut.params["limit_indices"]
+        if hi[0] - lo[0] != 1 or any(
+                a != 0 or b != n for a, b, n in zip(lo[1:], hi[1:], shape[1:])):
+            return None
+        found.append((cut.invars[0], lo[0]))
+    array, first = found[0]
+    step = 1 if len(found) < 2 else found[1][1] - first
+    if step not in (1, -1) or any(a is not array or row != first + k * step
+                                  for k, (a, row) in enumerate(found)):
+        return None
+    return array, first, step
+
+
+def _read_rows(read, rows: tuple, count: int):
+    """The `count` rows `_rows_of` found, as one array (reversed when they run
+    backwards)."""
+    from jax import lax
+
+    array, first, step = rows
+    value = read(array)
+    low = first if step == 1 else first - count + 1
+    if (low, count) != (0, value.shape[0]):
+        value = lax.slice_in_dim(value, low, low + count)
+    return value if step == 1 else lax.rev(value, (0,))
+
+
+def _restacks(eqns, steps: list[list]) -> dict:
+    """{index in `eqns` of a `stack` that stacks a run of two or more of one of `steps`'
+    lists, in order or reversed, with other values either side: (which list, where the
+    run starts among its operands, its length, its first step, whether reversed)}."""
+    found = {}
+    for n, eqn in enumerate(eqns):
+        if eqn.primitive.name != "stack" or eqn.params.get("axis", 0) != 0:
+            continue
+        for position, values in enumerate(steps):
+            step_of = {id(v): k for k, v in enumerate(values)}
+            ks = [step_of.get(id(v)) for v in eqn.invars]
+            best = (0, 0, 0, False)
+            for at in range(len(ks)):
+                for direction in (1, -1):
+                    count = 0
+                    while (at + count < len(ks) and ks[at] is not None
+                           and ks[at + count] == ks[at] + direction * count):
+                        count += 1
+                    if count > best[1]:
+                        best = (at, count, ks[at], direction < 0)
+            at, count, first, backwards = best
+            if count >= 2:
+                found[n] = (position, at, count, first - count + 1 if backwards else first,
+                            backwards)
+                break
+    return found
+
+
+def _restack(ys, at: int, count: int, low: int, backwards: bool):
+    """What `_eval_eqns` binds for a `stack` `_restacks` found: the run's rows taken from
+    the scan's stacked output `ys` as one slice, the operands either side stacked to it."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    def stack(*operands):
+        rows = lax.slice_in_dim(ys, low, low + count)
+        if backwards:
+            rows = lax.rev(rows, (0,))
+        parts = [*(v[None] for v in operands[:at]), rows,
+                 *(v[None] for v in operands[at + count:])]
+        return parts[0] if len(parts) == 1 else jnp.concatenate(parts)
+    return stack
+
+
+def _live(eqns, needed, reads: dict | None = None) -> list:
+    """The equations of `eqns` whose results `needed` (or later live equations) read;
+    `reads`: {id(eqn): the vars it reads} where not its operands."""
     from jax.extend.core import Literal
 
-    return {v for eqn in eqns for v in eqn.invars if not isinstance(v, Literal)} | {
-        v for v in outvars if not isinstance(v, Literal)}
+    needed = set(needed)
+    kept = []
+    for eqn in reversed(eqns):
+        if eqn.effects or any(v in needed for v in eqn.outvars):
+            kept.append(eqn)
+            needed.update(v for v in (reads or {}).get(id(eqn), eqn.invars)
+                          if not isinstance(v, Literal))
+    return kept[::-1]
+
+
+def _read_by(eqns, outvars, reads: dict | None = None) -> set:
+    """The vars (not literals) that `eqns` read or the program returns (`reads`: as
+    `_live`'s)."""
+    from jax.extend.core import Literal
+
+    return {v for eqn in eqns for v in (reads or {}).get(id(eqn), eqn.invars)
+            if not isinstance(v, Literal)} | {v for v in outvars if not isinstance(v, Literal)}
 
 
 def constants_as_arguments(closed_jaxpr):

@@ -104,15 +104,20 @@ def test_scan_on_text_computes_the_loop_it_replaces():
     assert (scanned.repeats, scanned.size) == (6, 6)
     assert scanned.text.count("stablehlo.while") == 1
     assert scanned.text.count("stablehlo.dot_general") == 1
+    np.testing.assert_allclose(_run_text(scanned.text, x, w), jax.jit(fn)(x, w),
+                               rtol=1e-5, atol=1e-6)
+
+
+def _run_text(text: str, *args):
+    """The first result of compiling and running module `text` on the CPU."""
     from jax._src.interpreters import mlir
     from jax._src.lib import xla_client
 
     compiled = jax.devices("cpu")[0].client.compile_and_load(
-        mlir.module_to_bytecode(_parsed(scanned.text)), xla_client.DeviceList(
+        mlir.module_to_bytecode(_parsed(text)), xla_client.DeviceList(
             tuple(jax.devices("cpu")[:1])), xla_client.CompileOptions())
-    out = compiled.execute_sharded([jax.device_put(x), jax.device_put(w)])
-    got = np.asarray(out.disassemble_into_single_device_arrays()[0][0])
-    np.testing.assert_allclose(got, jax.jit(fn)(x, w), rtol=1e-5, atol=1e-6)
+    out = compiled.execute_sharded([jax.device_put(a) for a in args])
+    return np.asarray(out.disassemble_into_single_device_arrays()[0][0])
 
 
 def _parsed(text: str):
@@ -146,3 +151,17 @@ def test_a_feature_vector_says_why_it_cannot_be_split(client):
     assert advice["reason"].endswith("a feature vector holds no program to look for repeated "
                                      "blocks or inner jits in: send its StableHLO text for "
                                      "those).")
+
+
+def test_scan_on_text_hands_the_forward_rows_to_the_backward_loop():
+    fn, _ = with_gradient(12)
+    x = jnp.linspace(-1, 1, 16 * 32, dtype=F32).reshape(16, 32)
+    w = jnp.linspace(-0.1, 0.1, 32 * 32, dtype=F32).reshape(32, 32)
+    scanned = scan_text(jax.jit(fn).lower(x, w).as_text(), min_repeats=3)
+    assert scanned.text.count("stablehlo.while") == 2
+    main = scanned.text[scanned.text.index("@main"):]
+    main = main[:main.index("\n  }\n")]
+    # no step's value is sliced out of one loop's stack to be concatenated for the next
+    assert main.count("stablehlo.slice") + main.count("stablehlo.concatenate") <= 6
+    np.testing.assert_allclose(_run_text(scanned.text, x, w), jax.jit(fn)(x, w),
+                               rtol=1e-5, atol=1e-6)
