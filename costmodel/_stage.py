@@ -79,7 +79,8 @@ class Stage:
         prediction = self.predict(backend, target, model)
         placement = Placement.of(prediction.backend, prediction.target)
         module = self._lowered(placement)[1].compiler_ir("stablehlo")
-        return blame_prediction(prediction, region_tallies(module), prediction._artifact)
+        return blame_prediction(prediction, region_tallies(module, prediction.backend),
+                                prediction._artifact)
 
     def profile(self) -> Profile:
         """Compile once, traced, for JAX's backend here: where the time really went,

@@ -20,7 +20,12 @@ StableHLO folders (`EVALUATOR_SHARE`). It leaves broadcasts and iotas alone (fol
 only grows constants), never evaluates random, side-effecting or control-flow ops, and
 skips an instruction whose result or operands exceed 45M elements. Per element, op kinds
 differ (`KIND_COST_*`): converts and reshapes cost nearly nothing in either stage, a
-transpose more than a multiply, a pad (XLA's alone) five multiplies.
+transpose more than a multiply, a pad (XLA's alone) five multiplies, and a reduction whose
+body does more than add about a hundred (it runs the body as a computation per element).
+An elementwise op of broadcast constants alone is not folded: XLA's simplifier sinks it
+below the broadcast (where at most one is of an array; on XLA:CPU, which simplifies and
+folds to a fixpoint, any), so what reads it folds as if reading a broadcast constant; but
+a reduction of every dimension of a broadcast scalar it simplifies away.
 
 The walk follows constants through calls (a callee folds where its arguments are
 constants at that call site, as after inlining) and into loops (a constant a loop
@@ -32,6 +37,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from .categories import _ELEMENTWISE_HLO
 
 # Ops the pass never evaluates (or that produce no constant XLA would materialize).
 NEVER_FOLDED = frozenset({
@@ -69,7 +76,19 @@ KIND_COST_IN_XLA = {
     "tanh": 1.5, "exponential": 1.5, "transpose": 1.3, "reverse": 1.9, "pad": 5.0,
     "convert": 0.05, "reshape": 0.05, "slice": 0.2, "concatenate": 0.2,
     "dot_multiply_add": 2.0, "convolution_multiply_add": 0.25,
+    # per element read (`bench/archive/fold_reductions.py`): a reduction whose body only
+    # adds is cheap; any other body the interpreter runs as a computation per element,
+    # twice over when the result is a scalar, four times with two inputs (an argmax); a
+    # window reduction whatever its body
+    "reduce_other": 100.0, "reduce_to_scalar": 200.0, "reduce_variadic": 400.0,
+    "reduce_window": 120.0,
 }
+# What a value is to the walk: a constant, a broadcast of one (of a scalar, or of an
+# array), or another foldable operand that is never folded itself (an iota).
+CONSTANT, SPLAT_SCALAR, SPLAT, BROADCAST = 1, 2, 3, 4
+# Elementwise ops (and reshapes, transposes) XLA's simplifier moves below a broadcast of a
+# constant: on broadcasts alone, the result is a broadcast too (`abs` of `jnp.zeros`).
+SUNK_THROUGH_BROADCASTS = frozenset(_ELEMENTWISE_HLO | {"reshape", "transpose"})
 
 
 @dataclass
@@ -111,8 +130,15 @@ class ConstantFolding:
 
     def __init__(self, funcs: dict, tensor: Callable, dot_flops: DotFlops,
                  on_fold: Callable[[object, Folds], None] | None = None,
-                 ops: dict | None = None, key: Callable | None = None) -> None:
+                 ops: dict | None = None, key: Callable | None = None,
+                 fixpoint: bool = True) -> None:
         self.funcs = funcs
+        # XLA's simplifier sinks an op below broadcasts when at most one is of an array.
+        # XLA:CPU runs it and folding to a fixpoint, so a product of broadcast arrays that
+        # folds to equal elements (zeros) is a broadcast again by the next round: there
+        # (`fixpoint`) any op of broadcasts alone is counted as one (an LP's objective of
+        # zeros rescaled ten times: ten folded reductions on CPU, one or two on a TPU)
+        self._fixpoint = fixpoint
         self._tensor = tensor
         self._dot_flops = dot_flops
         self._memo: dict = {}
@@ -126,41 +152,68 @@ class ConstantFolding:
         self._key = key or (lambda value: value)
         self._short: dict[str, str] = {}  # op name -> its last part
 
-    def function(self, name: str, constant_args: tuple[bool, ...] = ()) -> tuple[Folds, tuple]:
-        """Folds inside `name`, and which of its results are constants (`constant_args`:
-        which arguments are; none is a literal constant to the StableHLO folders, which
-        fold each function on its own)."""
-        key = (name, constant_args)
+    def function(self, name: str, constant_args: tuple[int, ...] = ()) -> tuple[Folds, tuple]:
+        """Folds inside `name`, and what each of its results is (`constant_args`: what each
+        argument is, a `FORMS` code, True for a constant; none is a literal constant to the
+        StableHLO folders, which fold each function on its own)."""
+        key = (name, tuple(int(flag) for flag in constant_args))
         if key in self._memo:
             return self._memo[key]
         self._memo[key] = (Folds(), ())  # a recursive call folds nothing
         folds, returned = Folds(), ()
         for region in self.funcs[name].regions:
             for block in region.blocks:
-                constant = {self._key(arg)
-                            for arg, flag in zip(block.arguments, constant_args) if flag}
-                returned = self._block(block, constant, set(), folds)
+                forms = {self._key(arg): int(flag)
+                         for arg, flag in zip(block.arguments, constant_args) if flag}
+                constant = {arg for arg, form in forms.items() if form == CONSTANT}
+                returned = self._block(block, constant, set(), folds, forms)
         self._memo[key] = (folds, returned)
         return self._memo[key]
 
-    def _block(self, block, constant: set, literal: set, folds: Folds) -> tuple:
-        """Add the folds of `block` to `folds`; returns which values it returns are
-        constant.
+    def _block(self, block, constant: set, literal: set, folds: Folds,
+               forms: dict | None = None) -> tuple:
+        """Add the folds of `block` to `folds`; returns what each value it returns is (a
+        `FORMS` code).
 
         `constant` holds the values known to be constants, `literal` those of them the
-        StableHLO folders see as constants (both extended in place).
+        StableHLO folders see as constants (both extended in place); `forms`, what the
+        block's arguments are (broadcasts among them).
         """
         from jax._src.lib.mlir import ir
 
         returned: tuple = ()
-        broadcast: set = set()  # broadcasts of constants: foldable operands, not folded
+        # broadcasts of constants, and iotas: foldable operands, never folded themselves
+        broadcast: set = set()
+        splat: set = set()  # of them, broadcasts of constants and ops sunk below them
+        scalar: set = set()  # of those, broadcasts of one scalar
+
+        def take(value, form: int) -> None:
+            broadcast.add(value)
+            if form in (SPLAT_SCALAR, SPLAT):
+                splat.add(value)
+            if form == SPLAT_SCALAR:
+                scalar.add(value)
+
+        for value, form in (forms or {}).items():
+            if form > CONSTANT:
+                take(value, form)
+
+        def form_of(value) -> int:
+            if value in constant:
+                return CONSTANT
+            if value in scalar:
+                return SPLAT_SCALAR
+            if value in splat:
+                return SPLAT
+            return BROADCAST if value in broadcast else 0
+
         short = self._short
         for op, full, operands, results, has_regions in self._records(block):
             name = short.get(full)
             if name is None:
                 name = short[full] = full.rsplit(".", 1)[-1]
             if full in ("func.return", "stablehlo.return"):
-                returned = tuple(value in constant for value in operands)
+                returned = tuple(form_of(value) for value in operands)
                 continue
             if name == "constant":
                 constant.update(results)
@@ -169,15 +222,37 @@ class ConstantFolding:
             if name == "call":
                 callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
                 if callee in self.funcs:
-                    sub, flags = self.function(
-                        callee, tuple(value in constant for value in operands))
+                    sub, flags = self.function(callee, tuple(map(form_of, operands)))
                     folds.add(sub)
-                    constant.update(r for r, flag in zip(results, flags) if flag)
+                    for result, flag in zip(results, flags):
+                        if flag == CONSTANT:
+                            constant.add(result)
+                        elif flag:
+                            take(result, flag)
                 continue
-            if name in ("broadcast_in_dim", "broadcast") and operands[0] in constant:
-                broadcast.update(results)
+            if name in ("broadcast_in_dim", "broadcast") and (
+                    operands[0] in constant or operands[0] in splat):
+                source = self._tensor(op.operands[0].type)
+                one = operands[0] in scalar or (source is not None and not source.shape)
+                for result in results:
+                    take(result, SPLAT_SCALAR if one else SPLAT)
                 if operands[0] in literal:
                     literal.update(results)
+                continue
+            if name == "iota":
+                broadcast.update(results)
+                continue
+            if (name in SUNK_THROUGH_BROADCASTS and operands
+                    and all(value in splat for value in operands)
+                    and (self._fixpoint or sum(value not in scalar for value in operands) <= 1)):
+                one = all(value in scalar for value in operands)
+                for result in results:
+                    take(result, SPLAT_SCALAR if one else SPLAT)
+                if all(value in literal for value in operands):
+                    literal.update(results)
+                continue
+            if name == "reduce" and self._reduces_a_scalar_broadcast(op, operands, scalar):
+                constant.update(results)  # simplified to an op on the scalar: no fold
                 continue
             if (name not in NEVER_FOLDED and not constant.isdisjoint(operands)
                     and all(v in constant or v in broadcast for v in operands)):
@@ -189,7 +264,8 @@ class ConstantFolding:
                         value in literal for value in operands)
                     flops = 0.0
                     if contraction is None:
-                        elements = elements_touched(ins, outs) * element_cost(name, before_xla)
+                        kind = _reduction_kind(op, outs) if name == "reduce" else name
+                        elements = elements_touched(ins, outs) * element_cost(kind, before_xla)
                     elif contraction[1]:
                         elements, flops = 0.0, contraction[0]
                     else:  # one multiply-add at a time
@@ -215,6 +291,13 @@ class ConstantFolding:
         return returned
 
 
+    def _reduces_a_scalar_broadcast(self, op, operands: list, scalar: set) -> bool:
+        """A reduction of every dimension of broadcasts of one scalar each."""
+        inputs = operands[:len(operands) // 2]
+        outs = [self._tensor(result.type) for result in op.results]
+        return (bool(inputs) and all(value in scalar for value in inputs)
+                and all(info is not None and not info.shape for info in outs))
+
     def _records(self, block) -> list:
         """(op, its name, operands, results, whether it has regions) of each op of
         `block`."""
@@ -231,6 +314,18 @@ def element_cost(name: str, before_xla: bool) -> float:
     if before_xla:
         return KIND_COST_BEFORE_XLA.get(name, 1.0)
     return KIND_COST_IN_XLA.get(name, 1.0) * EVALUATOR_SHARE
+
+
+def _reduction_kind(op, outs: list) -> str:
+    """A folded reduction's cost kind (`KIND_COST_IN_XLA`): "reduce" when its body only
+    adds, else by how many inputs it reduces and whether to a scalar."""
+    body = [inner.operation.name for inner in op.regions[0].blocks[0].operations]
+    if body[:-1] and all(name == "stablehlo.add" for name in body[:-1]):
+        return "reduce"
+    if len(op.results) > 1:
+        return "reduce_variadic"
+    rank0 = all(info is not None and not info.shape for info in outs)
+    return "reduce_to_scalar" if rank0 else "reduce_other"
 
 
 def _sunk_constants(while_op, constant: set, key: Callable) -> list[bool]:

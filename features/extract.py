@@ -74,7 +74,7 @@ def regions_from_stablehlo(text: str, backend: str | None = "cpu",
         if inlined > MAX_BLAMED_OPS:
             raise RefusedText(f"inlines to {inlined:.3g} ops once every call is expanded; "
                               f"blame takes at most {MAX_BLAMED_OPS:,}")
-        return features, region_tallies(module)
+        return features, region_tallies(module, features.backend)
 
 
 def _from_module(module, backend: str | None, target: str | None) -> Features:

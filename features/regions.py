@@ -92,8 +92,9 @@ def user_frames(location: str) -> list[tuple[str, str, int]]:
             if _is_user_file(file)]
 
 
-def region_tallies(module) -> dict[str, RegionTally]:
-    """`"file.py:LINE"` (or `OUTSIDE`) -> what the ops charged to it add up to."""
+def region_tallies(module, backend: str = "cpu") -> dict[str, RegionTally]:
+    """`"file.py:LINE"` (or `OUTSIDE`) -> what the ops charged to it add up to, compiled
+    for `backend`."""
     from jax._src.lib.mlir import ir
 
     from .constant_folding import ConstantFolding
@@ -111,7 +112,8 @@ def region_tallies(module) -> dict[str, RegionTally]:
         if len(op.results):
             folded[op.results[0]] = folds
 
-    ConstantFolding(funcs, tensor, dot_flops(tensor), on_fold).function("main")
+    ConstantFolding(funcs, tensor, dot_flops(tensor), on_fold,
+                    fixpoint=backend == "cpu").function("main")
     records: list[_Op] = []
     constant_of: dict = {}  # result of a constant not used yet -> its record
     walked: set = {"main"}  # functions visited once already

@@ -25,6 +25,7 @@ from fold_kinds import compile_seconds
 def kinds() -> dict:
     """Reduction -> (table -> table after it, elements read in tables' sizes)."""
     import jax.numpy as jnp
+    from jax import lax
 
     return {
         "nothing": (lambda t: t, 0),
@@ -36,6 +37,19 @@ def kinds() -> dict:
         "max_all": (lambda t: jnp.broadcast_to(t.max(), t.shape), 1),
         "min_rows": (lambda t: jnp.broadcast_to(t.min(axis=0), t.shape), 1),
         "prod_rows": (lambda t: jnp.broadcast_to(t.prod(axis=0), t.shape), 1),
+        # two arrays read: the table and the iota of indices beside it
+        "argmax_rows": (lambda t: jnp.broadcast_to(t.argmax(axis=0), t.shape).astype(t.dtype),
+                        2),
+        "max_pool": (lambda t: jnp.repeat(jnp.repeat(lax.reduce_window(
+            t, -jnp.inf, lax.max, (2, 2), (2, 2), "VALID"), 2, axis=0), 2, axis=1), 1),
+        "sum_pool": (lambda t: jnp.repeat(jnp.repeat(lax.reduce_window(
+            t, 0.0, lax.add, (2, 2), (2, 2), "VALID"), 2, axis=0), 2, axis=1), 1),
+        # an elementwise op of a broadcast scalar stays a broadcast (XLA's simplifier
+        # sinks it), and the reduction over it folds as over a table
+        "max_rows_of_abs_zeros": (lambda t: jnp.broadcast_to(
+            jnp.abs(jnp.zeros_like(t)).max(axis=0), t.shape) + t, 1),
+        # ... except over every dimension of a broadcast scalar, which it simplifies away
+        "max_all_of_abs_zeros": (lambda t: jnp.abs(jnp.zeros_like(t)).max() + t, 0),
     }
 
 
@@ -56,7 +70,7 @@ def main() -> None:
         for kind, (op, _) in made.items():
             times[kind].append(compile_seconds(lambda: jnp.asarray(table), op, args.side, True))
     base = statistics.median(times["nothing"])
-    ns = {kind: (statistics.median(v) - base) / (made[kind][1] * args.side ** 2) * 1e9
+    ns = {kind: (statistics.median(v) - base) / (max(made[kind][1], 1) * args.side ** 2) * 1e9
           for kind, v in times.items() if kind != "nothing"}
     for kind, v in ns.items():
         print(f"{kind:9s} {v:8.1f} ns per element read, {v / ns['multiply']:6.1f} multiplies")

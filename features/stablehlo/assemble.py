@@ -31,7 +31,8 @@ def stablehlo_features(module, backend: str = "cpu") -> tuple[dict[str, float], 
         tallies = {name: walker.function(name) for name in funcs}
     combined = combine(entry, tallies, {})
     folds = ConstantFolding(funcs, walker.tensor, dot_flops(walker.tensor),
-                            ops=walker.ops, key=walker._key).function(entry)[0]
+                            ops=walker.ops, key=walker._key,
+                            fixpoint=backend == "cpu").function(entry)[0]
     totals = module_totals(tallies)
 
     values: dict[str, float] = dict.fromkeys(STABLEHLO_FEATURES, 0.0)
