@@ -2,7 +2,7 @@
 (`_hlo_rewrite.scan_text`): the gradient of an unrolled loop is two runs, scanned one after
 the other, and the second reads the first's per-step values (in reverse, for a backward
 pass). Sliced out row by row and stacked again, they are glue no hand-written scan has
-(`_rewrite._rows_of` and `_rewrite._restacks` do the same on a jaxpr).
+(`_rewrite_rows` does the same on a jaxpr).
 """
 
 from __future__ import annotations

@@ -121,7 +121,7 @@ DotFlops = Callable[[object, str], "tuple[float, bool] | None"]
 
 
 class ConstantFolding:
-    """Folds of a module's functions, memoized per (function, which arguments are constant).
+    """Folds of a module's functions, memoized per (function, what each argument is).
 
     `tensor` decodes an MLIR type to an object with `.elements` and `.nbytes` (or None);
     `dot_flops` gives a dot's or convolution's flops and whether the interpreter calls a
@@ -154,8 +154,9 @@ class ConstantFolding:
 
     def function(self, name: str, constant_args: tuple[int, ...] = ()) -> tuple[Folds, tuple]:
         """Folds inside `name`, and what each of its results is (`constant_args`: what each
-        argument is, a `FORMS` code, True for a constant; none is a literal constant to the
-        StableHLO folders, which fold each function on its own)."""
+        argument is, `CONSTANT` (or True), `SPLAT_SCALAR`, `SPLAT`, `BROADCAST` or 0; none
+        is a literal constant to the StableHLO folders, which fold each function on its
+        own)."""
         key = (name, tuple(int(flag) for flag in constant_args))
         if key in self._memo:
             return self._memo[key]
@@ -172,8 +173,8 @@ class ConstantFolding:
 
     def _block(self, block, constant: set, literal: set, folds: Folds,
                forms: dict | None = None) -> tuple:
-        """Add the folds of `block` to `folds`; returns what each value it returns is (a
-        `FORMS` code).
+        """Add the folds of `block` to `folds`; returns what each value it returns is (as
+        `function`'s arguments say it).
 
         `constant` holds the values known to be constants, `literal` those of them the
         StableHLO folders see as constants (both extended in place); `forms`, what the

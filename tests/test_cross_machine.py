@@ -91,5 +91,5 @@ def test_the_reference_speed_carries_the_model_within_a_tenth_of_its_own_machine
     # predicted|)
     bias = {view: float(np.median(np.abs(np.log(calibrated[view][:, 1]))))
             for view in ("reference_speed", "per_part", "reference_only")}
-    assert bias == pytest.approx({"reference_speed": 0.057, "per_part": 0.099,
+    assert bias == pytest.approx({"reference_speed": 0.057, "per_part": 0.104,
                                   "reference_only": 0.100}, abs=0.002)

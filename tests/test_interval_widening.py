@@ -333,9 +333,10 @@ def test_the_cpu_intervals_cover_85_to_95_percent_of_the_stored_runs_held_out():
     assert runs["outside_libraries_pass2"]["held_out_refit"] == pytest.approx(38 / 40)
     # the third pass falls inside its fitted interval unwidened: no widening can lower it
     assert runs["outside_libraries_pass3"]["a"] == 1.0
-    # a suite stored after the fit, scored by the shipped rule as it came: 37 of 42
+    # a suite stored after the fit, scored by the shipped rule as it came (its features
+    # re-extracted once folded reductions were costed by their body): 39 of 42
     later = runs["outside_libraries_c"]
-    assert later["later"] and later["a_b_c_shipped"] == pytest.approx(37 / 42)
+    assert later["later"] and later["a_b_c_shipped"] == pytest.approx(39 / 42)
     assert all(run["a_b_c_shipped"] == run["a_b_shipped"] for run in runs.values())
     assert max(run["log_uncertainty"] for run in runs.values()) == pytest.approx(0.115, abs=1e-3)
     # the corpus's real programs measured on the second CPU kind, calibrated before them

@@ -35,13 +35,14 @@ def test_a_loop_whose_first_step_reads_a_literal_is_scanned_after_that_step():
     np.testing.assert_allclose(jax.jit(fn)(X)[0], f(X), rtol=1e-6)
 
 
-def test_the_gradient_of_an_unrolled_loop_gets_both_passes_scanned():
-    def loss(w, x):
-        for _ in range(12):
-            x = jnp.tanh(x @ w) + 0.1 * x
-        return jnp.sum(x**2)
+def _loss(w, x):
+    for _ in range(12):
+        x = jnp.tanh(x @ w) + 0.1 * x
+    return jnp.sum(x**2)
 
-    grad = jax.grad(loss)
+
+def test_the_gradient_of_an_unrolled_loop_gets_both_passes_scanned():
+    grad = jax.grad(_loss)
     once = _scanned(grad, W, X)
     both = _rewrite.scan_remaining(*once, min_repeats=3)
     assert (_scans(*once), _scans(*both)) == (1, 2)
@@ -67,12 +68,7 @@ def _glue(fn, shapes) -> int:
 
 
 def test_the_backward_scan_reads_the_forward_scans_rows_as_they_are():
-    def loss(w, x):
-        for _ in range(12):
-            x = jnp.tanh(x @ w) + 0.1 * x
-        return jnp.sum(x**2)
-
-    grad = jax.grad(loss)
+    grad = jax.grad(_loss)
     both = _rewrite.scan_remaining(*_scanned(grad, W, X), min_repeats=3)
     assert _scans(*both) == 2
     # the residuals of the ten steps both scans run are not sliced out one by one and

@@ -29,8 +29,9 @@ def test_the_cards_sharded_figure_follows_from_the_held_out_predictions():
     got = bench_module("tpu_sharded").scores(held, _tpu_rows())
     sharded, single = got["sharded, 4-16 chips"]["costmodel"], got["single chip"]["costmodel"]
     assert sharded["n"] == 325 and single["n"] == 198
-    assert sharded["median_fold"] == pytest.approx(1.385, abs=0.001)
-    assert single["median_fold"] == pytest.approx(1.315, abs=0.001)
+    # (1.385 and 1.315 with the model before the thin convolutions joined its rows)
+    assert sharded["median_fold"] == pytest.approx(1.373, abs=0.001)
+    assert single["median_fold"] == pytest.approx(1.289, abs=0.001)
     card = (ROOT / "models/default/tpu-v5e/MODEL_CARD.md").read_text()
     assert f"| sharded, 4-16 chips | costmodel | {sharded['median_fold']:.2f} |" in card
 
@@ -43,7 +44,7 @@ def test_the_model_trains_on_the_quiet_sharded_rows_alone():
     assert set(loaded.loc[loaded["status"] == "ok", "key"]) <= set(sharded["key"])
     assert sharded["ref_seconds"].median() < 0.6 * loaded["ref_seconds"].median()
     trained = load_default("tpu", "v5e").manifest["training_data"]
-    assert trained["rows"] == len(rows) == 952
+    assert trained["rows"] == len(rows) == 984  # 32 of them the thin convolutions
 
 
 def test_a_programs_two_topologies_agree_better_measured_quiet():
@@ -89,5 +90,6 @@ def test_the_sharded_figure_against_both_quiet_passes():
     rows, held = tpu_sharded.with_passes(_tpu_rows(), held, [again])
     got = tpu_sharded.scores(held, rows)
     sharded, single = got["sharded, 4-16 chips"]["costmodel"], got["single chip"]["costmodel"]
-    assert sharded["n"] == 325 and sharded["median_fold"] == pytest.approx(1.328, abs=0.001)
-    assert single["median_fold"] == pytest.approx(1.315, abs=0.001)  # one-chip rows: one pass
+    # (1.328 with the model before the thin convolutions joined its rows)
+    assert sharded["n"] == 325 and sharded["median_fold"] == pytest.approx(1.359, abs=0.001)
+    assert single["median_fold"] == pytest.approx(1.289, abs=0.001)  # one-chip rows: one pass

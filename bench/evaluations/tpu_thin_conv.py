@@ -1,0 +1,130 @@
+"""Thin convolutions on the chip: `thin_conv` programs at sizes and windows the family's
+grid (the TPU training rows) does not hold, compiled on a TPU v5e and predicted by the
+shipped TPU model.
+
+`export` lowers the check programs for platform `tpu` (with four corpus anchors from an
+earlier artifact folder) and writes a manifest for `tpu_device_run.py`; `score` compares
+the chip's median seconds with the shipped model's chip prediction of each.
+
+    python bench/evaluations/tpu_thin_conv.py export --out .tpu-artifacts-thin-check \\
+        [--anchors-from .tpu-artifacts-thin]
+    # on the device machine: python bench/evaluations/tpu_device_run.py \\
+    #     .tpu-artifacts-thin-check --out $OUT/check.jsonl --stages --passes 2
+    python bench/evaluations/tpu_thin_conv.py score bench/data/tpu_thin_conv/check1.jsonl \\
+        [--json bench/results/tpu_thin_conv.json] [--model DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+from pathlib import Path
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+FAMILY = "thin_conv"
+# off the family's grid (fields of 64 and 256, windows 3 to 7): other sizes, windows of
+# 4 and 9, a 32x32 field
+CHECK = (
+    dict(kind="fd", n=128, window=4, convs=2), dict(kind="fd", n=512, window=3, convs=4),
+    dict(kind="fd", n=512, window=7, convs=1), dict(kind="fd", n=128, window=9, convs=2),
+    dict(kind="laplacian", n=128, window=3, convs=1),
+    dict(kind="laplacian", n=128, window=4, convs=2),
+    dict(kind="laplacian", n=512, window=3, convs=1),
+    dict(kind="laplacian", n=32, window=5, convs=1),
+    dict(kind="depthwise", n=128, window=4, convs=2),
+    dict(kind="depthwise", n=512, window=3, convs=1),
+    dict(kind="depthwise", n=512, window=7, convs=2),
+    dict(kind="depthwise", n=128, window=9, convs=1),
+)
+
+
+def key(params: dict) -> str:
+    return f"{FAMILY}|{json.dumps(params, sort_keys=True)}|tpu|v5e"
+
+
+def export(out: Path, anchors_from: Path | None, anchors: int = 4) -> None:
+    from costmodel.measure.tpu_export import serialize_for_tpu
+    from costmodel.training import corpus
+
+    out.mkdir(parents=True, exist_ok=True)
+    entries = []
+    if anchors_from is not None:
+        found = json.loads((anchors_from / "manifest.json").read_text())["programs"]
+        for entry in [e for e in found if e.get("anchor")][:anchors]:
+            shutil.copy(anchors_from / entry["file"], out / entry["file"])
+            entries.append(entry)
+    for i, params in enumerate(CHECK):
+        name = f"c{i:03d}"
+        (out / f"{name}.bin").write_bytes(serialize_for_tpu(*corpus.build(FAMILY, params)))
+        entries.append({"name": name, "file": f"{name}.bin", "key": key(params),
+                        "family": FAMILY, "library": "synthetic", "x64": False,
+                        "here_s": 5.0, "params": params})
+    (out / "manifest.json").write_text(json.dumps({"programs": entries}, indent=1))
+
+
+def score(paths: list[Path], model: str | None = None) -> dict:
+    """The chip's median seconds of each check program against `model`'s chip prediction
+    (a model folder; the shipped TPU model by default)."""
+    import costmodel
+    from costmodel.training import corpus
+
+    seconds: dict[str, list[float]] = {}
+    for path in paths:
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            if row.get("status") == "ok" and str(row.get("key", "")).startswith(FAMILY):
+                seconds.setdefault(row["key"], []).extend(row["device_s"])
+    programs = []
+    for params in CHECK:
+        if key(params) not in seconds:
+            continue
+        fn, args = corpus.build(FAMILY, params)
+        prediction = costmodel.lower(fn, *args).predict(backend="tpu", target="v5e",
+                                                        model=model)
+        measured = statistics.median(seconds[key(params)])
+        programs.append({"params": params, "chip_s": measured,
+                         "chip_all_s": seconds[key(params)],
+                         "predicted_s": prediction.compile_seconds,
+                         "interval_s": list(prediction.compile_seconds_interval)})
+    logs = [math.log(p["chip_s"] / p["predicted_s"]) for p in programs]
+    from costmodel.models import load, load_default
+
+    return {"model": (load(model) if model else load_default("tpu", "v5e")).version,
+            "programs": programs,
+            "median_fold": math.exp(statistics.median(abs(x) for x in logs)),
+            "measured_over_predicted": math.exp(statistics.fmean(logs)),
+            "covered": statistics.fmean(p["interval_s"][0] <= p["chip_s"] <= p["interval_s"][1]
+                                        for p in programs)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("export")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--anchors-from", type=Path)
+    p = sub.add_parser("score")
+    p.add_argument("paths", type=Path, nargs="+")
+    p.add_argument("--json", type=Path)
+    p.add_argument("--model", help="a TPU model folder in place of the shipped one")
+    args = parser.parse_args()
+    if args.command == "export":
+        export(args.out, args.anchors_from)
+        return
+    result = score(args.paths, args.model)
+    for p in result["programs"]:
+        print(f"{json.dumps(p['params']):62s} chip {p['chip_s']:6.2f} s  "
+              f"predicted {p['predicted_s']:6.2f} s")
+    print(f"median fold {result['median_fold']:.2f}, measured over predicted "
+          f"{result['measured_over_predicted']:.2f}, covered {result['covered']:.0%}")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
