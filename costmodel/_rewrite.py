@@ -182,10 +182,13 @@ def as_scan(closed_jaxpr, start: int, size: int, repeats: int, min_scanned: int 
     # a gradient of a scan reads them, not sliced out and stacked again
     rows = {i: _rows_of(eqns[:start], [ios[k][0][i] for k in range(repeats)])
             for i in idx["xs"]}
-    needed = (_read_by(blocks[0], ()) | _read_by(eqns[end:], jaxpr.outvars)
-              | {v for k in range(repeats) for v in ios[k][0]})
-    before = _live(eqns[:start], needed - {v for i, found in rows.items() if found
-                                           for v in (ios[k][0][i] for k in range(repeats))})
+    replaced = {v for i, found in rows.items() if found
+                for v in (ios[k][0][i] for k in range(repeats))}
+    # what the loop reads from before it (its rows' arrays among them) and what follows
+    # it reads
+    needed = ({v for k in range(repeats) for v in ios[k][0] if v not in replaced}
+              | {found[0] for found in rows.values() if found} | read_after)
+    before = _live(eqns[:start], needed)
 
     def fn(*args):
         env = dict(zip(jaxpr.constvars, closed_jaxpr.consts))
