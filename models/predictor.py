@@ -33,11 +33,20 @@ LOG_OFFSETS = {"compile_seconds": 0.0, "peak_rss_bytes": float(2**20),
                "executable_memory_bytes": float(2**10)}
 # Format 2 added the training rows' `novelty` and the compile-time interval's `widening`,
 # format 3 a widening per target (`widenings`), format 4 a target's `anchor`, format 5 the
-# bytes an anchor's ceiling holds (`Anchor.held`); format 1 files (the widening, if any,
-# was multiplied into the interval offsets) and formats 2-4 still load.
-FORMAT = 5
-READABLE_FORMATS = (1, 2, 3, 4, 5)
+# bytes an anchor's ceiling holds (`Anchor.held`), format 6 a target's `sharded_offset`;
+# format 1 files (the widening, if any, was multiplied into the interval offsets) and
+# formats 2-5 still load.
+FORMAT = 6
+READABLE_FORMATS = (1, 2, 3, 4, 5, 6)
 _EPS = 1e-12
+
+
+def sharded(table: Table) -> np.ndarray:
+    """1.0 for each row of `table` compiled over more than one chip (its `chips` input), 0.0
+    for the rest and for tables without that input."""
+    if "chips" not in table.names:
+        return np.zeros(len(table))
+    return (table.column("chips") > 1).astype(float)
 
 
 def to_log(target: str, values: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -101,8 +110,9 @@ class Anchor:
 class TargetModel:
     """One target's fitted parts: the baseline (`form`, its size `terms` and `added`
     terms, `coef`), the trees on its residual, the interval's log offsets (one pair for
-    all sizes, or `bands` by size, around the anchored prediction), and an `anchor`, if
-    any, pulling the prediction toward another target's."""
+    all sizes, or `bands` by size, around the anchored prediction), an `anchor`, if
+    any, pulling the prediction toward another target's, and a `sharded_offset` added
+    (log scale) to programs compiled over more than one chip."""
 
     form: str
     terms: tuple[str, ...]
@@ -114,6 +124,7 @@ class TargetModel:
     bands: Bands | None = None
     oof_residual_mad: float | None = None
     anchor: Anchor | None = None
+    sharded_offset: float = 0.0
 
     def parts(self, table: Table, tree_columns: Sequence[int] | None
               ) -> tuple[np.ndarray, np.ndarray]:
@@ -125,7 +136,7 @@ class TargetModel:
         if self.forest is not None:
             values = table.values if tree_columns is None else table.values[:, tree_columns]
             trees = self.forest.predict(values)
-        return base, trees
+        return base, trees + self.sharded_offset * sharded(table)
 
     def interval_offsets(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Log-scale offsets of the interval around predictions `z`: the size band's
@@ -254,7 +265,8 @@ class Predictor:
                                  "bands": fitted.bands is not None,
                                  "oof_residual_mad": fitted.oof_residual_mad,
                                  "anchor": None if fitted.anchor is None
-                                 else dataclasses.asdict(fitted.anchor)}
+                                 else dataclasses.asdict(fitted.anchor),
+                                 "sharded_offset": fitted.sharded_offset}
         if self.phase_shares is not None:
             arrays["phase_shares.coef"] = np.asarray(self.phase_shares.coef, float)
         if self.novelty is not None:
@@ -297,7 +309,8 @@ class Predictor:
                 added=tuple(described["added"]), coef=part("coef"), forest=forest,
                 lo=float(lo), hi=float(hi), bands=bands,
                 oof_residual_mad=described.get("oof_residual_mad"),
-                anchor=_anchor(described.get("anchor")))
+                anchor=_anchor(described.get("anchor")),
+                sharded_offset=float(described.get("sharded_offset", 0.0)))
         shares = meta.get("phase_shares")
         return cls(feature_names=tuple(meta["feature_names"]), targets=targets,
                    tree_exclude=tuple(meta["tree_exclude"]),

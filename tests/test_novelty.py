@@ -114,9 +114,9 @@ def test_a_format_1_model_loads_and_says_why_it_has_no_distances():
     assert old.novelty is None and old.widenings == {}
     with pytest.raises(ValueError, match="format 1"):
         old.distance([{name: 1.0 for name in old.feature_names}])
-    meta["format"] = 6
+    meta["format"] = 7
     arrays["meta"] = np.array(json.dumps(meta))
-    with pytest.raises(ValueError, match="reads formats 1, 2, 3, 4, 5"):
+    with pytest.raises(ValueError, match="reads formats 1, 2, 3, 4, 5, 6"):
         Predictor.from_arrays(arrays)
 
 

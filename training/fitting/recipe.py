@@ -40,8 +40,9 @@ BACKEND_TERMS = {"gpu": {
     "tree_exclude": ("sequence_kernels_max", "sequence_kernel_squares", "fusion_cost_inputs"),
 }, "cpu": {"tree_exclude": ("fusion_cost_inputs",)}}
 # XLA:TPU fuses as XLA:GPU does (one kernel per fusion, no LLVM loop per op), so the TPU
-# model starts from the GPU recipe.
-BACKEND_TERMS["tpu"] = BACKEND_TERMS["gpu"]
+# model starts from the GPU recipe; its sharded rows' level is set from their out-of-fold
+# residuals (`CompileCostModel._sharded_offset`).
+BACKEND_TERMS["tpu"] = {**BACKEND_TERMS["gpu"], "sharded_offset": True}
 # Targets whose prediction has a ceiling drawn from another target's (`Anchor`), moved
 # down toward it by the weight that best predicts the out-of-fold rows (0 leaves the target
 # as it was): a compile's host memory follows its compile time, which the memory model
