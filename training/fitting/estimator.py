@@ -283,10 +283,10 @@ class CompileCostModel:
                         predicted: np.ndarray, seen: np.ndarray
                         ) -> tuple[TargetModel, np.ndarray]:
         """`fitted` with the median out-of-fold residual of its sharded rows (those of
-        `seen`) as its `sharded_offset`, and the out-of-fold predictions moved by it.
-        Trees fitted on all rows predict the sharded programs of a library they never
-        saw too high (TPU rows, each library held out: 1.16x on average, 11 of 14
-        libraries), though not those they saw."""
+        `seen`) as its `sharded_offset`, and the out-of-fold predictions moved by it:
+        trees put the sharded programs of a library they never saw too high, though not
+        those of libraries they saw (bench/FINDINGS.md, "Sharded programs of a library
+        never seen")."""
         split = sharded(X) > 0
         residual = (z - predicted)[split & seen]
         if len(residual) < MIN_SHARDED_RESIDUALS:
