@@ -183,30 +183,18 @@ class ConstantFolding:
         from jax._src.lib.mlir import ir
 
         returned: tuple = ()
-        # broadcasts of constants, and iotas: foldable operands, never folded themselves
-        broadcast: set = set()
-        splat: set = set()  # of them, broadcasts of constants and ops sunk below them
-        scalar: set = set()  # of those, broadcasts of one scalar
+        # foldable operands never folded themselves: broadcasts of constants (and ops sunk
+        # below them), iotas -> SPLAT_SCALAR, SPLAT or BROADCAST
+        broadcast = {value: form for value, form in (forms or {}).items() if form > CONSTANT}
 
-        def take(value, form: int) -> None:
-            broadcast.add(value)
-            if form in (SPLAT_SCALAR, SPLAT):
-                splat.add(value)
-            if form == SPLAT_SCALAR:
-                scalar.add(value)
+        def splat(value) -> bool:
+            return broadcast.get(value) in (SPLAT, SPLAT_SCALAR)
 
-        for value, form in (forms or {}).items():
-            if form > CONSTANT:
-                take(value, form)
+        def scalar(value) -> bool:
+            return broadcast.get(value) == SPLAT_SCALAR
 
         def form_of(value) -> int:
-            if value in constant:
-                return CONSTANT
-            if value in scalar:
-                return SPLAT_SCALAR
-            if value in splat:
-                return SPLAT
-            return BROADCAST if value in broadcast else 0
+            return CONSTANT if value in constant else broadcast.get(value, 0)
 
         short = self._short
         for op, full, operands, results, has_regions in self._records(block):
@@ -229,26 +217,24 @@ class ConstantFolding:
                         if flag == CONSTANT:
                             constant.add(result)
                         elif flag:
-                            take(result, flag)
+                            broadcast[result] = flag
                 continue
             if name in ("broadcast_in_dim", "broadcast") and (
-                    operands[0] in constant or operands[0] in splat):
+                    operands[0] in constant or splat(operands[0])):
                 source = self._tensor(op.operands[0].type)
-                one = operands[0] in scalar or (source is not None and not source.shape)
-                for result in results:
-                    take(result, SPLAT_SCALAR if one else SPLAT)
+                one = scalar(operands[0]) or (source is not None and not source.shape)
+                broadcast.update(dict.fromkeys(results, SPLAT_SCALAR if one else SPLAT))
                 if operands[0] in literal:
                     literal.update(results)
                 continue
             if name == "iota":
-                broadcast.update(results)
+                broadcast.update(dict.fromkeys(results, BROADCAST))
                 continue
             if (name in SUNK_THROUGH_BROADCASTS and operands
-                    and all(value in splat for value in operands)
-                    and (self._fixpoint or sum(value not in scalar for value in operands) <= 1)):
-                one = all(value in scalar for value in operands)
-                for result in results:
-                    take(result, SPLAT_SCALAR if one else SPLAT)
+                    and all(map(splat, operands))
+                    and (self._fixpoint or sum(not scalar(value) for value in operands) <= 1)):
+                one = all(map(scalar, operands))
+                broadcast.update(dict.fromkeys(results, SPLAT_SCALAR if one else SPLAT))
                 if all(value in literal for value in operands):
                     literal.update(results)
                 continue
@@ -291,12 +277,11 @@ class ConstantFolding:
                                         in zip(inner.arguments, carried) if flag}, set(), folds)
         return returned
 
-
-    def _reduces_a_scalar_broadcast(self, op, operands: list, scalar: set) -> bool:
-        """A reduction of every dimension of broadcasts of one scalar each."""
+    def _reduces_a_scalar_broadcast(self, op, operands: list, scalar: Callable) -> bool:
+        """A reduction of every dimension of broadcasts of one scalar each (`scalar`)."""
         inputs = operands[:len(operands) // 2]
         outs = [self._tensor(result.type) for result in op.results]
-        return (bool(inputs) and all(value in scalar for value in inputs)
+        return (bool(inputs) and all(map(scalar, inputs))
                 and all(info is not None and not info.shape for info in outs))
 
     def _records(self, block) -> list:
@@ -307,6 +292,12 @@ class ConstantFolding:
             return found
         return [(op, op.name, list(op.operands), list(op.results), bool(len(op.regions)))
                 for op in (view.operation for view in block.operations)]
+
+
+def folds_to_fixpoint(backend: str | None) -> bool:
+    """Whether `backend`'s compiler simplifies and folds to a fixpoint (XLA:CPU): the
+    `fixpoint` of `ConstantFolding`."""
+    return backend == "cpu"
 
 
 def element_cost(name: str, before_xla: bool) -> float:

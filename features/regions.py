@@ -97,7 +97,7 @@ def region_tallies(module, backend: str = "cpu") -> dict[str, RegionTally]:
     for `backend`."""
     from jax._src.lib.mlir import ir
 
-    from .constant_folding import ConstantFolding
+    from .constant_folding import ConstantFolding, folds_to_fixpoint
     from .stablehlo.contractions import dot_flops
     from .stablehlo.parse import functions
     from .stablehlo.tensors import cached
@@ -113,7 +113,7 @@ def region_tallies(module, backend: str = "cpu") -> dict[str, RegionTally]:
             folded[op.results[0]] = folds
 
     ConstantFolding(funcs, tensor, dot_flops(tensor), on_fold,
-                    fixpoint=backend == "cpu").function("main")
+                    fixpoint=folds_to_fixpoint(backend)).function("main")
     records: list[_Op] = []
     constant_of: dict = {}  # result of a constant not used yet -> its record
     walked: set = {"main"}  # functions visited once already

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..constant_folding import ConstantFolding
+from ..constant_folding import ConstantFolding, folds_to_fixpoint
 from ..schema import CATEGORIES, HISTOGRAM_OPS, STABLEHLO_FEATURES
 from ..sharding import sharding_summary
 from .combine import combine, kernel_sequences
@@ -32,7 +32,7 @@ def stablehlo_features(module, backend: str = "cpu") -> tuple[dict[str, float], 
     combined = combine(entry, tallies, {})
     folds = ConstantFolding(funcs, walker.tensor, dot_flops(walker.tensor),
                             ops=walker.ops, key=walker._key,
-                            fixpoint=backend == "cpu").function(entry)[0]
+                            fixpoint=folds_to_fixpoint(backend)).function(entry)[0]
     totals = module_totals(tallies)
 
     values: dict[str, float] = dict.fromkeys(STABLEHLO_FEATURES, 0.0)
