@@ -160,10 +160,19 @@ def test_the_command_fits_parts_and_outside_programs_and_installs(tmp_path):
                     "--phase-rows", str(tmp_path / "rows.parquet"),
                     "--outside", str(tmp_path / "outside.parquet"),
                     str(tmp_path / "outside.jsonl"),
-                    "--json", str(tmp_path / "figures.json")]) == 0
+                    "--json", str(tmp_path / "figures.json"),
+                    "--held-out-out", str(tmp_path / "held.parquet")]) == 0
     figures = json.loads((tmp_path / "figures.json").read_text())
     assert figures["n"] == 64 and figures["outside"]["n"] == 4
     assert figures["corpus_real_libraries"]["n"] == 60
+    # each program's held-out prediction, named: the figures are these rows' folds
+    held = pd.read_parquet(tmp_path / "held.parquet")
+    assert len(held) == 64 and set(held.loc[held["key"].str.startswith("o"), "library"]) == {
+        "outa", "outb"}
+    real = held[held["library"] != "synthetic"]
+    assert np.median(real["fold"]) == pytest.approx(
+        figures["real_libraries"]["corrected"]["median_fold"], rel=1e-9)
+    assert np.allclose(real["fold"], np.exp(np.abs(np.log(real["device"] / real["predicted"]))))
     about = json.loads((folder / "manifest.json").read_text())["device_correction"]
     assert about["programs"] == 64 and about["outside_programs"] == 4
     correction = load(folder).device_correction

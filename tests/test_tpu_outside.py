@@ -201,11 +201,11 @@ def test_the_third_outside_suite_on_the_chip_as_shipped():
     assert got["compiled_ok"] == 42 and len(got["libraries"]) == 12
     ours = got["costmodel"]
     # (1.470, p90 3.12 and the power law's 2.011 before the thin convolutions' chip call
-    # joined the labels' context)
-    assert ours["median_fold"] == pytest.approx(1.473, abs=0.001)
+    # joined the labels' context; 1.473 before the FFT programs' call did)
+    assert ours["median_fold"] == pytest.approx(1.4745, abs=0.001)
     assert ours["p90_fold"] == pytest.approx(3.14, abs=0.01)
     assert ours["coverage"] == pytest.approx(31 / 42)
     assert got["costmodel_raw_medians"]["median_fold"] == pytest.approx(1.569, abs=0.001)
     assert got["power_law_fitted_on_suite"]["median_fold"] == pytest.approx(2.007, abs=0.001)
     # the suite's measured CPU seconds (bench/data/outside_libraries_c) times a constant
-    assert got["cpu_times_constant"]["median_fold"] == pytest.approx(1.752, abs=0.001)
+    assert got["cpu_times_constant"]["median_fold"] == pytest.approx(1.751, abs=0.001)

@@ -17,8 +17,9 @@ def test_thin_convolutions_off_the_grid_are_predicted_within_a_few_fold():
     assert len(got["programs"]) == 12
     assert min(p["chip_s"] for p in got["programs"]) == pytest.approx(0.44, abs=0.01)
     assert max(p["chip_s"] for p in got["programs"]) == pytest.approx(11.43, abs=0.01)
-    assert got["median_fold"] == pytest.approx(2.28, abs=0.01)
-    assert got["measured_over_predicted"] == pytest.approx(1.37, abs=0.01)
+    # (2.28 and 1.37 before the FFT programs joined the model's rows)
+    assert got["median_fold"] == pytest.approx(2.58, abs=0.01)
+    assert got["measured_over_predicted"] == pytest.approx(1.23, abs=0.01)
     # the stored figures are the shipped model's, and the model before read 14x under
     stored = json.loads((ROOT / "bench/results/tpu_thin_conv.json").read_text())
     assert stored["median_fold"] == pytest.approx(got["median_fold"], abs=1e-9)

@@ -1,17 +1,18 @@
-"""Thin convolutions on the chip: `thin_conv` programs at sizes and windows the family's
-grid (the TPU training rows) does not hold, compiled on a TPU v5e and predicted by the
-shipped TPU model.
+"""Families the TPU compiler is slow on at a fixed op count, on the chip: `thin_conv`
+programs (one-channel stencils, depthwise blurs) and `spectral` ones (FFTs) at sizes the
+family's grid (the TPU training rows) does not hold, compiled on a TPU v5e and predicted
+by the shipped TPU model.
 
-`export` lowers the check programs for platform `tpu` (with four corpus anchors from an
-earlier artifact folder) and writes a manifest for `tpu_device_run.py`; `score` compares
-the chip's median seconds with the shipped model's chip prediction of each.
+`export` lowers a family's check programs for platform `tpu` (with four corpus anchors
+from an earlier artifact folder) and writes a manifest for `tpu_device_run.py`; `score`
+compares the chip's median seconds with the shipped model's chip prediction of each.
 
     python bench/evaluations/tpu_thin_conv.py export --out .tpu-artifacts-thin-check \\
-        [--anchors-from .tpu-artifacts-thin]
+        [--anchors-from .tpu-artifacts-thin] [--family spectral]
     # on the device machine: python bench/evaluations/tpu_device_run.py \\
     #     .tpu-artifacts-thin-check --out $OUT/check.jsonl --stages --passes 2
     python bench/evaluations/tpu_thin_conv.py score bench/data/tpu_thin_conv/check1.jsonl \\
-        [--json bench/results/tpu_thin_conv.json] [--model DIR]
+        [--json bench/results/tpu_thin_conv.json] [--model DIR] [--family spectral]
 """
 
 from __future__ import annotations
@@ -26,10 +27,9 @@ from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-FAMILY = "thin_conv"
-# off the family's grid (fields of 64 and 256, windows 3 to 7): other sizes, windows of
+# off the thin_conv grid (fields of 64 and 256, windows 3 to 7): other sizes, windows of
 # 4 and 9, a 32x32 field
-CHECK = (
+THIN_CONV = (
     dict(kind="fd", n=128, window=4, convs=2), dict(kind="fd", n=512, window=3, convs=4),
     dict(kind="fd", n=512, window=7, convs=1), dict(kind="fd", n=128, window=9, convs=2),
     dict(kind="laplacian", n=128, window=3, convs=1),
@@ -41,13 +41,25 @@ CHECK = (
     dict(kind="depthwise", n=512, window=7, convs=2),
     dict(kind="depthwise", n=128, window=9, convs=1),
 )
+# off the spectral grid (powers of two, one or three transforms): lengths between them,
+# lengths with odd factors, a 1024x1024 field beyond them, two transforms
+SPECTRAL = (
+    dict(kind="conv1d", n=2048, transforms=2), dict(kind="conv1d", n=32768, transforms=1),
+    dict(kind="conv1d", n=3000, transforms=1), dict(kind="conv1d", n=16384, transforms=2),
+    dict(kind="spectral2d", n=96, transforms=2), dict(kind="spectral2d", n=384, transforms=1),
+    dict(kind="spectral2d", n=200, transforms=1), dict(kind="spectral2d", n=1024, transforms=1),
+    dict(kind="poisson3d", n=24, transforms=2), dict(kind="poisson3d", n=48, transforms=1),
+    dict(kind="poisson3d", n=40, transforms=1), dict(kind="poisson3d", n=56, transforms=2),
+)
+CHECKS = {"thin_conv": THIN_CONV, "spectral": SPECTRAL}
 
 
-def key(params: dict) -> str:
-    return f"{FAMILY}|{json.dumps(params, sort_keys=True)}|tpu|v5e"
+def key(family: str, params: dict) -> str:
+    return f"{family}|{json.dumps(params, sort_keys=True)}|tpu|v5e"
 
 
-def export(out: Path, anchors_from: Path | None, anchors: int = 4) -> None:
+def export(out: Path, anchors_from: Path | None, anchors: int = 4,
+           family: str = "thin_conv") -> None:
     from costmodel.measure.tpu_export import serialize_for_tpu
     from costmodel.training import corpus
 
@@ -58,18 +70,18 @@ def export(out: Path, anchors_from: Path | None, anchors: int = 4) -> None:
         for entry in [e for e in found if e.get("anchor")][:anchors]:
             shutil.copy(anchors_from / entry["file"], out / entry["file"])
             entries.append(entry)
-    for i, params in enumerate(CHECK):
+    for i, params in enumerate(CHECKS[family]):
         name = f"c{i:03d}"
-        (out / f"{name}.bin").write_bytes(serialize_for_tpu(*corpus.build(FAMILY, params)))
-        entries.append({"name": name, "file": f"{name}.bin", "key": key(params),
-                        "family": FAMILY, "library": "synthetic", "x64": False,
+        (out / f"{name}.bin").write_bytes(serialize_for_tpu(*corpus.build(family, params)))
+        entries.append({"name": name, "file": f"{name}.bin", "key": key(family, params),
+                        "family": family, "library": "synthetic", "x64": False,
                         "here_s": 5.0, "params": params})
     (out / "manifest.json").write_text(json.dumps({"programs": entries}, indent=1))
 
 
-def score(paths: list[Path], model: str | None = None) -> dict:
-    """The chip's median seconds of each check program against `model`'s chip prediction
-    (a model folder; the shipped TPU model by default)."""
+def score(paths: list[Path], model: str | None = None, family: str = "thin_conv") -> dict:
+    """The chip's median seconds of each of `family`'s check programs against `model`'s
+    chip prediction (a model folder; the shipped TPU model by default)."""
     import costmodel
     from costmodel.training import corpus
 
@@ -77,18 +89,18 @@ def score(paths: list[Path], model: str | None = None) -> dict:
     for path in paths:
         for line in path.read_text().splitlines():
             row = json.loads(line)
-            if row.get("status") == "ok" and str(row.get("key", "")).startswith(FAMILY):
+            if row.get("status") == "ok" and str(row.get("key", "")).startswith(family + "|"):
                 seconds.setdefault(row["key"], []).extend(row["device_s"])
     programs = []
-    for params in CHECK:
-        if key(params) not in seconds:
+    for params in CHECKS[family]:
+        if key(family, params) not in seconds:
             continue
-        fn, args = corpus.build(FAMILY, params)
+        fn, args = corpus.build(family, params)
         prediction = costmodel.lower(fn, *args).predict(backend="tpu", target="v5e",
                                                         model=model)
-        measured = statistics.median(seconds[key(params)])
+        measured = statistics.median(seconds[key(family, params)])
         programs.append({"params": params, "chip_s": measured,
-                         "chip_all_s": seconds[key(params)],
+                         "chip_all_s": seconds[key(family, params)],
                          "predicted_s": prediction.compile_seconds,
                          "interval_s": list(prediction.compile_seconds_interval)})
     logs = [math.log(p["chip_s"] / p["predicted_s"]) for p in programs]
@@ -108,15 +120,17 @@ def main() -> None:
     p = sub.add_parser("export")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--anchors-from", type=Path)
+    p.add_argument("--family", choices=sorted(CHECKS), default="thin_conv")
     p = sub.add_parser("score")
+    p.add_argument("--family", choices=sorted(CHECKS), default="thin_conv")
     p.add_argument("paths", type=Path, nargs="+")
     p.add_argument("--json", type=Path)
     p.add_argument("--model", help="a TPU model folder in place of the shipped one")
     args = parser.parse_args()
     if args.command == "export":
-        export(args.out, args.anchors_from)
+        export(args.out, args.anchors_from, family=args.family)
         return
-    result = score(args.paths, args.model)
+    result = score(args.paths, args.model, args.family)
     for p in result["programs"]:
         print(f"{json.dumps(p['params']):62s} chip {p['chip_s']:6.2f} s  "
               f"predicted {p['predicted_s']:6.2f} s")

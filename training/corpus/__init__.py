@@ -56,6 +56,7 @@ from . import real_pennylane as _real_pennylane  # noqa: F401
 from . import real_penzai as _real_penzai  # noqa: F401
 from . import real_sympy2jax as _real_sympy2jax  # noqa: F401
 from . import science as _science  # noqa: F401
+from . import spectral as _spectral  # noqa: F401
 from . import stencils as _stencils  # noqa: F401
 from .loops import LOOP_STYLES
 from .registry import (

@@ -298,6 +298,15 @@ def install(model: Path, correction: DeviceCorrection) -> None:
     atomic_write(model / MANIFEST_FILE, lambda handle: handle.write(text.encode()))
 
 
+def write_held_out(p: Pairs, correction: np.ndarray, path: Path) -> None:
+    """Each program's chip label and its prediction with its library held out (seconds), so
+    the worst misses behind `score`'s figures can be named."""
+    frame = p.frame[["library", "device", "base"]].rename_axis("key").reset_index()
+    frame["predicted"] = frame["base"].to_numpy(float) * np.exp(correction)
+    frame["fold"] = np.exp(np.abs(np.log(frame["device"] / frame["predicted"])))
+    frame.to_parquet(path)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, required=True)
@@ -319,6 +328,8 @@ def main(argv=None) -> int:
                         help="label a program by the median of its chip seconds, not at one "
                              "process state (`device_labels`)")
     parser.add_argument("--json", type=Path, help="write the held-out figures here")
+    parser.add_argument("--held-out-out", type=Path,
+                        help="write each program's held-out chip prediction here (parquet)")
     parser.add_argument("--dry-run", action="store_true", help="score only; install nothing")
     args = parser.parse_args(argv)
     from costmodel.training.store import dataset
@@ -353,6 +364,8 @@ def main(argv=None) -> int:
         sweep, p.frame, progress=lambda lib: print(f"chip model without {lib}", file=sys.stderr)))
     correction, held = held_out_correction(p, parts, chip)
     figures = score(p, correction)
+    if args.held_out_out:
+        write_held_out(p, correction, args.held_out_out)
     if labels is not None:  # the same held-out predictions against each raw median
         raw = p.frame["device_raw"].to_numpy(float) / p.frame["base"].to_numpy(float)
         real = p.frame["library"].to_numpy() != "synthetic"

@@ -1,0 +1,46 @@
+"""FFT programs on the chip (`bench/evaluations/tpu_thin_conv.py --family spectral`): twelve
+`spectral` programs off the family's grid (lengths between its powers of two, lengths with
+odd factors, a field beyond its largest), compiled on a TPU v5e, against the shipped TPU
+model's chip prediction (before the family joined its rows: 3.4x under, covering 3 of 12)."""
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import bench_module
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECK = ROOT / "bench/data/tpu_spectral/check1.jsonl"
+
+
+def test_fft_programs_off_the_grid_are_predicted_within_a_fold_and_a_half():
+    got = bench_module("tpu_thin_conv").score([CHECK], family="spectral")
+    assert len(got["programs"]) == 12
+    chip = {json.dumps(p["params"], sort_keys=True): p["chip_s"] for p in got["programs"]}
+    assert min(chip.values()) == pytest.approx(0.53, abs=0.01)
+    # an FFT of 6000 samples costs the compiler what one of 65536 does, 11x one of 4096
+    assert chip['{"kind": "conv1d", "n": 3000, "transforms": 1}'] == pytest.approx(6.11, abs=0.01)
+    assert chip['{"kind": "conv1d", "n": 2048, "transforms": 2}'] == pytest.approx(0.56, abs=0.01)
+    assert got["median_fold"] == pytest.approx(1.47, abs=0.01)
+    assert got["measured_over_predicted"] == pytest.approx(0.81, abs=0.01)
+    assert got["covered"] == pytest.approx(10 / 12)
+    stored = json.loads((ROOT / "bench/results/tpu_spectral.json").read_text())
+    assert stored["median_fold"] == pytest.approx(got["median_fold"], abs=1e-9)
+
+
+def test_before_the_family_the_model_read_fft_programs_three_fold_under():
+    before = json.loads((ROOT / "bench/results/tpu_spectral_before.json").read_text())
+    assert before["model"] == "tpu-v5e-c9ad912c-d5f813+chip-58473d"
+    assert before["median_fold"] == pytest.approx(3.38, abs=0.01)
+    assert before["measured_over_predicted"] == pytest.approx(3.65, abs=0.01)
+    assert before["covered"] == pytest.approx(3 / 12)
+
+
+def test_the_chip_rows_of_the_grid_train_the_correction_and_the_check_rows_do_not():
+    grid = [json.loads(line) for line in (ROOT / "bench/data/tpu_device/spectral1.jsonl")
+            .read_text().splitlines()]
+    check = [json.loads(line) for line in CHECK.read_text().splitlines()]
+    keys = {row["key"] for row in grid if "key" in row and row["key"].startswith("spectral|")}
+    assert len(keys) == 20
+    assert not keys & {row["key"] for row in check if "key" in row}
+    assert all(row["status"] == "ok" for row in grid + check if "key" in row)
