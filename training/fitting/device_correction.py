@@ -299,12 +299,10 @@ def install(model: Path, correction: DeviceCorrection) -> None:
 
 
 def write_held_out(p: Pairs, correction: np.ndarray, path: Path) -> None:
-    """Each program's chip label and its prediction with its library held out (seconds), so
-    the worst misses behind `score`'s figures can be named."""
+    """Each program's chip label and library-held-out prediction (s): the misses named."""
     frame = p.frame[["library", "device", "base"]].rename_axis("key").reset_index()
     frame["predicted"] = frame["base"].to_numpy(float) * np.exp(correction)
-    frame["fold"] = np.exp(np.abs(np.log(frame["device"] / frame["predicted"])))
-    frame.to_parquet(path)
+    frame.assign(fold=np.exp(np.abs(np.log(frame["device"] / frame["predicted"])))).to_parquet(path)
 
 
 def main(argv=None) -> int:
@@ -328,8 +326,7 @@ def main(argv=None) -> int:
                         help="label a program by the median of its chip seconds, not at one "
                              "process state (`device_labels`)")
     parser.add_argument("--json", type=Path, help="write the held-out figures here")
-    parser.add_argument("--held-out-out", type=Path,
-                        help="write each program's held-out chip prediction here (parquet)")
+    parser.add_argument("--held-out-out", type=Path, help="each program's held-out prediction")
     parser.add_argument("--dry-run", action="store_true", help="score only; install nothing")
     args = parser.parse_args(argv)
     from costmodel.training.store import dataset
