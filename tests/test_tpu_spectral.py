@@ -14,7 +14,7 @@ CHECK = ROOT / "bench/data/tpu_spectral/check1.jsonl"
 
 
 def test_fft_programs_off_the_grid_are_predicted_within_a_fold_and_a_half():
-    got = bench_module("tpu_thin_conv").score([CHECK], family="spectral")
+    got = bench_module("tpu_thin_conv").score([CHECK], check="spectral")
     assert len(got["programs"]) == 12
     chip = {json.dumps(p["params"], sort_keys=True): p["chip_s"] for p in got["programs"]}
     assert min(chip.values()) == pytest.approx(0.53, abs=0.01)
@@ -46,3 +46,27 @@ def test_the_chip_rows_of_the_grid_train_the_correction_and_the_check_rows_do_no
     assert len(keys) == 20
     assert not keys & {row["key"] for row in check if "key" in row}
     assert all(row["status"] == "ok" for row in grid + check if "key" in row)
+
+
+def test_a_transforms_compile_on_the_chip_follows_the_odd_part_of_its_length():
+    got = bench_module("tpu_thin_conv").score([ROOT / "bench/data/tpu_spectral/lengths1.jsonl"],
+                                              check="fft_lengths")
+    assert len(got["programs"]) == 11
+    chip = {2 * p["params"]["n"]: p["chip_s"] for p in got["programs"]}  # transform points
+
+    def odd_part(points: int) -> int:
+        while points % 2 == 0:
+            points //= 2
+        return points
+    cheap = [points for points in chip if odd_part(points) < 200]
+    dear = [points for points in chip if odd_part(points) > 10000]
+    assert sorted(dear) == [20014, 22050, 22562]  # 2 x a prime, 2 x 3^2 5^2 7^2, 2 x 29 x 389
+    assert max(chip[p] for p in cheap) == pytest.approx(2.43, abs=0.01)  # 32768 points
+    assert min(chip[p] for p in dear) == pytest.approx(40.83, abs=0.01)
+    assert chip[6000] == pytest.approx(6.84, abs=0.01)  # odd part 375
+    # the model cannot tell 22528 (2^11 x 11) from 22562: both predicted alike
+    predicted = {2 * p["params"]["n"]: p["predicted_s"] for p in got["programs"]}
+    assert predicted[22562] / predicted[22528] == pytest.approx(1.0, abs=0.02)
+    assert got["measured_over_predicted"] == pytest.approx(1.96, abs=0.01)
+    stored = json.loads((ROOT / "bench/results/tpu_fft_lengths.json").read_text())
+    assert stored["median_fold"] == pytest.approx(got["median_fold"], abs=1e-9)

@@ -3,16 +3,16 @@ programs (one-channel stencils, depthwise blurs) and `spectral` ones (FFTs) at s
 family's grid (the TPU training rows) does not hold, compiled on a TPU v5e and predicted
 by the shipped TPU model.
 
-`export` lowers a family's check programs for platform `tpu` (with four corpus anchors
+`export` lowers a check set's programs for platform `tpu` (with four corpus anchors
 from an earlier artifact folder) and writes a manifest for `tpu_device_run.py`; `score`
 compares the chip's median seconds with the shipped model's chip prediction of each.
 
     python bench/evaluations/tpu_thin_conv.py export --out .tpu-artifacts-thin-check \\
-        [--anchors-from .tpu-artifacts-thin] [--family spectral]
+        [--anchors-from .tpu-artifacts-thin] [--check spectral|fft_lengths]
     # on the device machine: python bench/evaluations/tpu_device_run.py \\
     #     .tpu-artifacts-thin-check --out $OUT/check.jsonl --stages --passes 2
     python bench/evaluations/tpu_thin_conv.py score bench/data/tpu_thin_conv/check1.jsonl \\
-        [--json bench/results/tpu_thin_conv.json] [--model DIR] [--family spectral]
+        [--json bench/results/tpu_thin_conv.json] [--model DIR] [--check spectral]
 """
 
 from __future__ import annotations
@@ -51,7 +51,14 @@ SPECTRAL = (
     dict(kind="poisson3d", n=24, transforms=2), dict(kind="poisson3d", n=48, transforms=1),
     dict(kind="poisson3d", n=40, transforms=1), dict(kind="poisson3d", n=56, transforms=2),
 )
-CHECKS = {"thin_conv": THIN_CONV, "spectral": SPECTRAL}
+# one FFT convolution of 8 signals, transforms of 2n points: powers of two beside lengths
+# of small factors (4128, 4608, 6000, 22050, 22528, 24576) and of a large prime (22562 =
+# 2 x 29 x 389 and 20014 = 2 x 10007, as `fftconvolve` of odd sizes gives)
+FFT_LENGTHS = tuple(dict(kind="conv1d", n=n, transforms=1) for n in (
+    2048, 2064, 2304, 3000, 4096, 10007, 11025, 11264, 11281, 12288, 16384))
+# a check set's name: (its corpus family, its programs)
+CHECKS = {"thin_conv": ("thin_conv", THIN_CONV), "spectral": ("spectral", SPECTRAL),
+          "fft_lengths": ("spectral", FFT_LENGTHS)}
 
 
 def key(family: str, params: dict) -> str:
@@ -59,7 +66,7 @@ def key(family: str, params: dict) -> str:
 
 
 def export(out: Path, anchors_from: Path | None, anchors: int = 4,
-           family: str = "thin_conv") -> None:
+           check: str = "thin_conv") -> None:
     from costmodel.measure.tpu_export import serialize_for_tpu
     from costmodel.training import corpus
 
@@ -70,7 +77,8 @@ def export(out: Path, anchors_from: Path | None, anchors: int = 4,
         for entry in [e for e in found if e.get("anchor")][:anchors]:
             shutil.copy(anchors_from / entry["file"], out / entry["file"])
             entries.append(entry)
-    for i, params in enumerate(CHECKS[family]):
+    family, programs = CHECKS[check]
+    for i, params in enumerate(programs):
         name = f"c{i:03d}"
         (out / f"{name}.bin").write_bytes(serialize_for_tpu(*corpus.build(family, params)))
         entries.append({"name": name, "file": f"{name}.bin", "key": key(family, params),
@@ -79,9 +87,10 @@ def export(out: Path, anchors_from: Path | None, anchors: int = 4,
     (out / "manifest.json").write_text(json.dumps({"programs": entries}, indent=1))
 
 
-def score(paths: list[Path], model: str | None = None, family: str = "thin_conv") -> dict:
-    """The chip's median seconds of each of `family`'s check programs against `model`'s
+def score(paths: list[Path], model: str | None = None, check: str = "thin_conv") -> dict:
+    """The chip's median seconds of each program of the `check` set against `model`'s
     chip prediction (a model folder; the shipped TPU model by default)."""
+    family, checked = CHECKS[check]
     import costmodel
     from costmodel.training import corpus
 
@@ -92,7 +101,7 @@ def score(paths: list[Path], model: str | None = None, family: str = "thin_conv"
             if row.get("status") == "ok" and str(row.get("key", "")).startswith(family + "|"):
                 seconds.setdefault(row["key"], []).extend(row["device_s"])
     programs = []
-    for params in CHECKS[family]:
+    for params in checked:
         if key(family, params) not in seconds:
             continue
         fn, args = corpus.build(family, params)
@@ -120,17 +129,19 @@ def main() -> None:
     p = sub.add_parser("export")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--anchors-from", type=Path)
-    p.add_argument("--family", choices=sorted(CHECKS), default="thin_conv")
+    p.add_argument("--check", "--family", dest="check", choices=sorted(CHECKS),
+                   default="thin_conv")
     p = sub.add_parser("score")
-    p.add_argument("--family", choices=sorted(CHECKS), default="thin_conv")
+    p.add_argument("--check", "--family", dest="check", choices=sorted(CHECKS),
+                   default="thin_conv")
     p.add_argument("paths", type=Path, nargs="+")
     p.add_argument("--json", type=Path)
     p.add_argument("--model", help="a TPU model folder in place of the shipped one")
     args = parser.parse_args()
     if args.command == "export":
-        export(args.out, args.anchors_from, family=args.family)
+        export(args.out, args.anchors_from, check=args.check)
         return
-    result = score(args.paths, args.model, args.family)
+    result = score(args.paths, args.model, check=args.check)
     for p in result["programs"]:
         print(f"{json.dumps(p['params']):62s} chip {p['chip_s']:6.2f} s  "
               f"predicted {p['predicted_s']:6.2f} s")
