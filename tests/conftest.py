@@ -36,6 +36,22 @@ def bench_module(name: str):
     return module
 
 
+def bench_json(name: str, *args: str) -> dict:
+    """`bench/**/<name>.py args --json FILE` run in a process of its own: the JSON it
+    writes. Its predictions then do not follow what the tests before lowered (after a
+    netket program, jax lowered a spectral step's two equal transforms to two functions,
+    not one: a 5% different prediction)."""
+    import subprocess
+    import tempfile
+
+    (path,) = [room / f"{name}.py" for room in BENCH_ROOMS if (room / f"{name}.py").exists()]
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "out.json"
+        subprocess.run([sys.executable, str(path), *args, "--json", str(out)], check=True,
+                       cwd=ROOT, capture_output=True)
+        return json.loads(out.read_text())
+
+
 # CI's corpus stage sets this: a test whose corpus library is missing then fails, never skips.
 REQUIRE_CORPUS_ENV = "COSTMODEL_REQUIRE_CORPUS"
 
@@ -93,6 +109,17 @@ def _no_store_from_the_shell():
     """No test reaches a store that the environment pytest runs in names; `store` sets one."""
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv(stores.URL_ENV, raising=False)
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_calibration_from_the_home_folder(tmp_path_factory):
+    """No prediction in a test is scaled by a calibration the machine running the tests
+    saved (`costmodel calibrate` writes one to the user cache); a test that wants one sets
+    its own file."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COSTMODEL_CALIBRATION",
+                     str(tmp_path_factory.mktemp("calibration") / "none.json"))
         yield
 
 
