@@ -7,14 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import bench_module
+from conftest import bench_json
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECK = ROOT / "bench/data/tpu_spectral/check1.jsonl"
 
 
 def test_fft_programs_off_the_grid_are_predicted_within_a_fold_and_a_half():
-    got = bench_module("tpu_thin_conv").score([CHECK], check="spectral")
+    got = bench_json("tpu_thin_conv", "score", "--check", "spectral", str(CHECK))
     assert len(got["programs"]) == 12
     chip = {json.dumps(p["params"], sort_keys=True): p["chip_s"] for p in got["programs"]}
     assert min(chip.values()) == pytest.approx(0.53, abs=0.01)
@@ -49,8 +49,8 @@ def test_the_chip_rows_of_the_grid_train_the_correction_and_the_check_rows_do_no
 
 
 def test_a_transforms_compile_on_the_chip_follows_the_odd_part_of_its_length():
-    got = bench_module("tpu_thin_conv").score([ROOT / "bench/data/tpu_spectral/lengths1.jsonl"],
-                                              check="fft_lengths")
+    got = bench_json("tpu_thin_conv", "score", "--check", "fft_lengths",
+                     str(ROOT / "bench/data/tpu_spectral/lengths1.jsonl"))
     assert len(got["programs"]) == 11
     chip = {2 * p["params"]["n"]: p["chip_s"] for p in got["programs"]}  # transform points
 

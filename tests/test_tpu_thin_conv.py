@@ -7,13 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import bench_module
+from conftest import bench_json
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_thin_convolutions_off_the_grid_are_predicted_within_a_few_fold():
-    got = bench_module("tpu_thin_conv").score([ROOT / "bench/data/tpu_thin_conv/check1.jsonl"])
+    got = bench_json("tpu_thin_conv", "score", str(ROOT / "bench/data/tpu_thin_conv/check1.jsonl"))
     assert len(got["programs"]) == 12
     assert min(p["chip_s"] for p in got["programs"]) == pytest.approx(0.44, abs=0.01)
     assert max(p["chip_s"] for p in got["programs"]) == pytest.approx(11.43, abs=0.01)
