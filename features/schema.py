@@ -1,7 +1,8 @@
 """The feature schema: stable, ordered feature names and the `Features` record.
 
 A model records `SCHEMA_VERSION` and refuses features of another version, so any
-change to the names below, their order or their meaning must bump it.
+change to the names below, their order or their meaning must bump it; a version that
+only appended features (`ADDED`) leaves the models of the one before readable.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # What each version changed: CHANGELOG.md.
-SCHEMA_VERSION = 17
+SCHEMA_VERSION = 18
 
 # Coarse op categories shared by the jaxpr and StableHLO extractors.
 CATEGORIES = (
@@ -93,7 +94,11 @@ STABLEHLO_FEATURES = (
     "f64_ops",
     "complex_ops",
     "unknown_ops",
-) + tuple(f"cat_{c}" for c in CATEGORIES) + tuple(f"op_{o}" for o in HISTOGRAM_OPS)
+) + tuple(f"cat_{c}" for c in CATEGORIES) + tuple(f"op_{o}" for o in HISTOGRAM_OPS) + (
+    "fft_points_max",         # the largest transform's points (product of its lengths)
+    "fft_odd_part_max",       # the largest odd part m of a transform length 2^k * m
+    "fft_odd_length_twos",    # that length's 2^k (0 when every length is a power of two)
+)
 
 # Numeric features from the jaxpr: advice and extra signal, never a model input.
 JAXPR_FEATURES = (
@@ -126,6 +131,33 @@ JAXPR_FEATURES = (
 MODEL_FEATURES = STABLEHLO_FEATURES
 ALL_FEATURES = STABLEHLO_FEATURES + JAXPR_FEATURES
 ENVIRONMENT_FIELDS = ("backend", "target", "jaxlib_version", "host_cpu_count")
+
+# Features each version added at the end of the list, and nothing else, with the op count
+# that is zero exactly when they all are: a model of an earlier version (down to
+# `OLDEST_READ`) reads the features it was trained on by name, and features recorded by an
+# earlier version gain the added ones where that count is zero (no FFT).
+ADDED = {18: (("fft_points_max", "fft_odd_part_max", "fft_odd_length_twos"), "op_fft")}
+OLDEST_READ = 17
+
+
+def features_of(version: int) -> tuple[str, ...]:
+    """The model inputs of feature schema `version` (`OLDEST_READ` up to this one)."""
+    if not OLDEST_READ <= version <= SCHEMA_VERSION:
+        raise ValueError(f"feature schema {version} is not read here (reads {OLDEST_READ} "
+                         f"to {SCHEMA_VERSION})")
+    later = {name for v, (names, _) in ADDED.items() if v > version for name in names}
+    return tuple(name for name in STABLEHLO_FEATURES if name not in later)
+
+
+def with_added(values: Mapping[str, float]) -> dict[str, float]:
+    """Model inputs recorded by an earlier schema, with what later ones added: zero where
+    the op those measure is absent; left out where it is present (a model that reads them
+    then names them missing: lower the program again)."""
+    out = dict(values)
+    for names, op in ADDED.values():
+        if any(name not in out for name in names) and not out.get(op, 0):
+            out.update(dict.fromkeys(names, 0.0))
+    return out
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.features import MODEL_FEATURES, SCHEMA_VERSION, Placement
+from costmodel.features import SCHEMA_VERSION, Placement
+from costmodel.features.schema import OLDEST_READ, features_of
 
 from .device_correction import DeviceCorrection
 from .predictor import Predictor
@@ -140,12 +141,14 @@ def verify(path: str | os.PathLike) -> dict:
     missing = [key for key in _REQUIRED if key not in manifest]
     if missing:
         raise ArtifactError(f"{path / MANIFEST_FILE} lacks fields: {', '.join(missing)}")
-    if manifest["schema_version"] != SCHEMA_VERSION:
+    version = manifest["schema_version"]
+    if not (isinstance(version, int) and OLDEST_READ <= version <= SCHEMA_VERSION):
         raise ArtifactError(
             f"schema_version mismatch: artifact {path} was trained on feature schema "
-            f"{manifest['schema_version']}, this costmodel extracts schema {SCHEMA_VERSION}")
-    if list(manifest["features"]) != list(MODEL_FEATURES):
-        theirs, ours = set(manifest["features"]), set(MODEL_FEATURES)
+            f"{version}, this costmodel extracts schema {SCHEMA_VERSION} (and reads models "
+            f"of {OLDEST_READ} to {SCHEMA_VERSION})")
+    if list(manifest["features"]) != list(features_of(version)):
+        theirs, ours = set(manifest["features"]), set(features_of(version))
         raise ArtifactError(
             f"feature names mismatch: artifact {path} lacks {sorted(ours - theirs)}, has extra "
             f"{sorted(theirs - ours)} (or a different order)")

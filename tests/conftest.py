@@ -74,11 +74,15 @@ def import_corpus_library(name: str):
 def make_rows(ops: np.ndarray, seed: int = 0, families: int = 4) -> pd.DataFrame:
     """Dataset-shaped rows with exact labels: compile = 1e-6 * ops^2 s, peak RSS =
     4096 * ops bytes, executable = 8 * tensor elements bytes; the reference compile
-    takes 0.1 s. Other features are noise the model must learn to ignore."""
+    takes 0.1 s. Other features are noise the model must learn to ignore; the transform
+    inputs schema 18 added are zero (no FFT), as in most measured rows."""
+    from costmodel.features.schema import features_of
+
     rng = np.random.default_rng(seed)
     ops = np.asarray(ops, float)
     n = len(ops)
-    data = {f"f_{name}": rng.uniform(0, 100, n) for name in MODEL_FEATURES}
+    data = {f"f_{name}": rng.uniform(0, 100, n) for name in features_of(17)}
+    data.update({f"f_{name}": np.zeros(n) for name in MODEL_FEATURES if f"f_{name}" not in data})
     elements = rng.uniform(1e3, 1e7, n)
     for name in ("hlo_ops", "hlo_ops_inlined", "hlo_ops_trip_weighted"):
         data[f"f_{name}"] = ops

@@ -175,7 +175,8 @@ def test_each_backend_fits_its_own_size_terms_and_overrides_keep_the_rest():
     assert gpu.added_["compile_seconds"] == BACKEND_TERMS["gpu"]["added_terms"]["compile_seconds"]
     assert gpu.terms_["compile_seconds"] == ("hlo_ops_inlined", "fanout_squares")
     assert gpu.tree_exclude == BACKEND_TERMS["gpu"]["tree_exclude"]
-    assert cpu.tree_exclude == ("fusion_cost_inputs",)
+    assert cpu.tree_exclude == ("fusion_cost_inputs", "fft_points_max", "fft_odd_part_max",
+                                "fft_odd_length_twos")
     # naming one target's terms leaves the other targets on their defaults
     plain = train(cpu_rows, "cpu", "", baseline_terms={"compile_seconds": ()}, **FAST)
     assert plain.terms_["compile_seconds"] == ()

@@ -42,6 +42,9 @@ def stablehlo_features(module, backend: str = "cpu") -> tuple[dict[str, float], 
         if f.total is not None:
             values[f.total] = totals[f.name]
     values["hlo_functions"] = len(funcs)
+    odd, two = totals["fft_odd"]
+    values["fft_odd_part_max"] = odd
+    values["fft_odd_length_twos"] = -two if odd > 1 else 0
     values.update(folds.features())
     values.update(_fusion_features(appended(Counter(combined["fusions"]),
                                             tallies[entry].body_fusions)))

@@ -113,6 +113,10 @@ FIELDS = (
     Field("tensor_sum", int, over_module=sum, total="tensor_sum_elements"),
     Field("max_rank", int, over_module=max, total="tensor_max_rank"),
     Field("shapes", set, over_module=distinct, total="distinct_shapes"),
+    # the largest transform (points); (odd part, minus the power of two) of the length
+    # with the largest odd part
+    Field("fft_points", int, over_module=max, total="fft_points_max"),
+    Field("fft_odd", lambda: (0, 0), over_module=max),
     Field("dot_flops", float, trip_weighted, "dot_flops"),
     Field("conv_flops", float, trip_weighted, "conv_flops"),
     # fusion (ops, cost, indexing ops, signature, inputs) -> how many: loop bodies and

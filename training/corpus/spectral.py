@@ -71,3 +71,22 @@ register(Family(
           + param_grid(kind=("spectral2d",), n=(64, 128, 256, 512), transforms=(1, 3))
           + param_grid(kind=("poisson3d",), n=(16, 32, 64), transforms=(1, 3))),
 ))
+
+# Transform lengths that are not powers of two: on the TPU the compile follows the odd
+# part m of a length 2^k * m (call 29: a 6000-point transform, m = 375, 6.8 s on the chip,
+# 22050 points 41 s, 4096 points 0.6 s). None of these is a program of the chip checks
+# (`bench/evaluations/tpu_thin_conv.py`: check sets "spectral" and "fft_lengths").
+register(Family(
+    name="spectral_odd",
+    description="The spectral family's programs at transform lengths with odd factors "
+                "(odd parts 3 to 9009, twice 2 to 1024 times): FFT convolutions of 45 to "
+                "13500 samples, 2-D fields of 150 to 300, 3-D fields of 30 and 45.",
+    build=build_spectral,
+    grid=(param_grid(kind=("conv1d",), n=(45, 500, 625, 1009, 1500, 1875, 2187, 2250, 2500,
+                                         2560, 2880, 3375, 3600, 4004, 4006, 4095, 4099,
+                                         5000, 6000, 6144, 7007, 7680, 9000, 9009, 9600,
+                                         10000, 10010, 10240, 12000, 13500),
+                     transforms=(1,))
+          + param_grid(kind=("spectral2d",), n=(150, 250, 300), transforms=(1,))
+          + param_grid(kind=("poisson3d",), n=(30, 45), transforms=(1,))),
+))

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from costmodel.features import SCHEMA_VERSION
+from costmodel.features.schema import OLDEST_READ, with_added
 from costmodel.models.predictor import LOG_OFFSETS
 
 from ..measure.calibrate import model_ratio_scale, predicted_set, reference_speed_scale
@@ -41,7 +42,7 @@ def current_results(folder: Path, backend: str, target: str = "") -> dict[str, d
     """`stored_results` whose model inputs are of this costmodel's feature schema (the
     ones a model of this schema can be scored on)."""
     return {name: data for name, data in stored_results(folder, backend, target).items()
-            if data["schema_version"] == SCHEMA_VERSION}
+            if OLDEST_READ <= data["schema_version"] <= SCHEMA_VERSION}
 
 
 # Where a stored bench result keeps each predicted quantity's measurement. Every bench
@@ -62,7 +63,7 @@ def scaled_predictions(artifact, data: dict, quantity: str = "compile_seconds"
     them for `artifact` on the run's machine (`run_scale`), memory as predicted (a faster
     machine does not need less of it)."""
     rows = data["results"]
-    out = artifact.predict([row["model_inputs"] for row in rows])[quantity]
+    out = artifact.predict([with_added(row["model_inputs"]) for row in rows])[quantity]
     speed = run_scale(artifact, data) if quantity == "compile_seconds" else 1.0
     point, lo, hi = (out[key] * speed for key in ("point", "lo", "hi"))
     return point, lo, hi, np.array([row[MEASURED_KEYS[quantity]] for row in rows], float)
@@ -121,9 +122,10 @@ def score(artifact, data: dict, quantity: str = "compile_seconds") -> dict:
     Raises:
         ValueError: The stored inputs are of another feature schema (re-run the bench).
     """
-    if data["schema_version"] != SCHEMA_VERSION:
+    if not OLDEST_READ <= data["schema_version"] <= SCHEMA_VERSION:
         raise ValueError(f"stored inputs are feature schema {data['schema_version']}, this "
-                         f"costmodel extracts {SCHEMA_VERSION}; re-run the bench to refresh")
+                         f"costmodel reads {OLDEST_READ} to {SCHEMA_VERSION}; re-run the "
+                         "bench to refresh")
     point, lo, hi, measured = scaled_predictions(artifact, data, quantity)
     offset = LOG_OFFSETS[quantity]
     folds = metrics.fold_errors(point + offset, measured + offset)

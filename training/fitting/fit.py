@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from costmodel.features import MODEL_FEATURES
+from costmodel.features import MODEL_FEATURES, SCHEMA_VERSION
 from costmodel.features.environment import chips, model_target
 from costmodel.measure.rows import FEATURE_PREFIX
 
+from ..store.dataset import with_added_features
 from .baseline import drift_power
 from .estimator import TARGETS, CompileCostModel, Table, augment
 from .phase_model import fit_phase_shares
@@ -63,12 +64,28 @@ def features_frame(rows: pd.DataFrame) -> pd.DataFrame:
     """Model inputs of dataset rows: one column per name of `MODEL_FEATURES`, then for TPU
     rows the placement inputs (`placement_frame`)."""
     columns = {FEATURE_PREFIX + name: name for name in MODEL_FEATURES}
+    if any(c not in rows.columns for c in columns):  # rows of an earlier schema, not loaded
+        rows = with_added_features(rows)            # through `dataset.load`
     missing = [c for c in columns if c not in rows.columns]
     if missing:
         raise ValueError(f"dataset lacks feature columns: {', '.join(missing)}")
     frame = rows.loc[:, list(columns)].rename(columns=columns).astype(float)
     if len(rows) and "backend" in rows and (rows["backend"] == "tpu").all():
         frame = pd.concat([frame, placement_frame(rows).set_axis(frame.index)], axis=1)
+    return frame
+
+
+def fit_inputs(rows: pd.DataFrame) -> pd.DataFrame:
+    """`features_frame` of rows a model of this schema is fitted on: every input known
+    (an FFT row recorded by an earlier schema lacks what this one added)."""
+    frame = features_frame(rows)
+    stale = frame.isna().any(axis=1).to_numpy()
+    if stale.any():
+        raise ValueError(
+            f"{int(stale.sum())} rows lack model inputs this feature schema added (an FFT "
+            f"recorded before schema {SCHEMA_VERSION}, e.g. {rows['key'][stale].iloc[0]}); "
+            "lower them again: python -m costmodel.training.measure.reextract FILE "
+            "--stale-only")
     return frame
 
 
@@ -182,7 +199,7 @@ def train(data: pd.DataFrame, backend: str, target: str = "", **params) -> Compi
     params, options = split_options(params)
     model = CompileCostModel(**model_params(backend, params))
     library = libraries(rows)
-    model.fit(features_frame(rows), y, groups=holdout_groups(rows), reference=reference,
+    model.fit(fit_inputs(rows), y, groups=holdout_groups(rows), reference=reference,
               sample_weight=row_weights(library, **options), interval_rows=library != "")
     model.predictor_ = replace(model.predictor_, phase_shares=fit_phase_shares(rows))
     return model

@@ -29,6 +29,10 @@ ADDED_TERMS = {"compile_seconds": ("dense_constant_bytes", "dot_matrix_vector",
                                    "fusion_cost_inputs", "sequence_kernel_squares",
                                    "case_result_branch_squares", "fold_elements",
                                    "fold_dot_flops", "fusion_distinct")}
+# The transform inputs (feature schema 18) are read for the TPU, whose compiler they were
+# added for; XLA:CPU compiles FFTs in what their op counts say (1.0-1.7x on the outside
+# suites' FFT programs), and a fit that may read them moves the retrain's promotions.
+FFT_INPUTS = ("fft_points_max", "fft_odd_part_max", "fft_odd_length_twos")
 # Where a backend's compiler differs (`fit.model_params` applies these): XLA:GPU's cost
 # follows fan-out and index changes inside fusions, not XLA:CPU's kernel sequencing.
 BACKEND_TERMS = {"gpu": {
@@ -37,12 +41,14 @@ BACKEND_TERMS = {"gpu": {
                                         "fusion_indexing_squares",
                                         "case_result_branch_squares", "fold_elements",
                                         "fold_dot_flops", "fusion_distinct")},
-    "tree_exclude": ("sequence_kernels_max", "sequence_kernel_squares", "fusion_cost_inputs"),
-}, "cpu": {"tree_exclude": ("fusion_cost_inputs",)}}
+    "tree_exclude": ("sequence_kernels_max", "sequence_kernel_squares", "fusion_cost_inputs",
+                     *FFT_INPUTS),
+}, "cpu": {"tree_exclude": ("fusion_cost_inputs", *FFT_INPUTS)}}
 # XLA:TPU fuses as XLA:GPU does (one kernel per fusion, no LLVM loop per op), so the TPU
 # model starts from the GPU recipe; its sharded rows' level is set from their out-of-fold
 # residuals (`CompileCostModel._sharded_offset`).
-BACKEND_TERMS["tpu"] = {**BACKEND_TERMS["gpu"], "sharded_offset": True}
+BACKEND_TERMS["tpu"] = {**BACKEND_TERMS["gpu"], "sharded_offset": True, "tree_exclude": tuple(
+    name for name in BACKEND_TERMS["gpu"]["tree_exclude"] if name not in FFT_INPUTS)}
 # Targets whose prediction has a ceiling drawn from another target's (`Anchor`), moved
 # down toward it by the weight that best predicts the out-of-fold rows (0 leaves the target
 # as it was): a compile's host memory follows its compile time, which the memory model

@@ -51,6 +51,7 @@ import pandas as pd
 
 from costmodel.features import MODEL_FEATURES
 from costmodel.features.environment import cpu_model, host_cpu_count
+from costmodel.features.schema import with_added
 from costmodel.measure.phases import part_seconds
 from costmodel.models.calibration import calibration_path, save_record
 from costmodel.models.phase_shares import PARTS
@@ -219,7 +220,8 @@ def predicted_set(here: Mapping[str, dict], model) -> dict[str, float]:
     programs = [p for p, f in here.items() if f.get("model_inputs")]
     if not programs:
         return {}
-    points = model.predict([here[p]["model_inputs"] for p in programs])["compile_seconds"]["point"]
+    points = model.predict([with_added(here[p]["model_inputs"])
+                            for p in programs])["compile_seconds"]["point"]
     return {p: float(v) for p, v in zip(programs, points) if math.isfinite(v) and v > 0}
 
 

@@ -34,11 +34,16 @@ import pandas as pd
 
 
 def row_features(family: str, params: dict, backend: str, target: str, place) -> dict:
-    """`Features.to_dict()` of one corpus program, lowered as the sweep lowers it."""
+    """`Features.to_dict()` of one corpus program, lowered as the sweep lowers it (a
+    sharded variant's arguments sharded by its strategy over the topology)."""
     from costmodel.features import from_lowered
+    from costmodel.measure.sharding import sharded_placement, split_params
 
     from .. import corpus
 
+    params, strategy = split_params(params)
+    if strategy is not None:
+        place = sharded_placement(place, strategy)
     traced, lowered = corpus.lower(place, family, params)
     return from_lowered(traced, lowered, backend=backend, target=target).to_dict()
 
@@ -102,6 +107,20 @@ def reextract(data: pd.DataFrame, progress: bool = True, modules: tuple[str, ...
     return pd.DataFrame(updated, columns=columns), dropped
 
 
+def stale_rows(data: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the rows whose features lack what a later schema added and cannot be filled in,
+    the rest with the added features filled in), `with_added_features` done on `data`."""
+    from costmodel.features.schema import ADDED
+    from costmodel.measure.rows import FEATURE_PREFIX
+
+    from ..store.dataset import with_added_features
+
+    data = with_added_features(data.copy())
+    added = [FEATURE_PREFIX + name for names, _ in ADDED.values() for name in names]
+    stale = data[added].isna().any(axis=1) & (data["status"] == "ok")
+    return data[stale].reset_index(drop=True), data[~stale].reset_index(drop=True)
+
+
 def left_out(data: pd.DataFrame, fresh: pd.DataFrame, dropped: list[str]) -> pd.DataFrame:
     """The rows of `data` that `reextract` left out of `fresh`, unchanged, each with its
     line of `dropped` ("KEY: why") as `left_out_why` (keys hold ": " themselves)."""
@@ -115,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data", help="a parquet file of dataset rows")
     parser.add_argument("--out", default=None, help="where to write (default: overwrite)")
+    parser.add_argument("--stale-only", action="store_true",
+                        help="lower again only the rows that lack features a later schema "
+                             "added (the rest gain them as zeros: dataset.with_added_features)")
     parser.add_argument("--module", action="append", default=[],
                         help="a file or module that registers families the rows use "
                              "(e.g. bench/evaluations/outside_programs.py); repeatable")
@@ -123,12 +145,20 @@ def main(argv: list[str] | None = None) -> int:
     # CUDA driver (if any) the plugin would otherwise refuse before jax starts
     os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
     data = pd.read_parquet(args.data)
-    fresh, dropped = reextract(data, modules=tuple(args.module))
+    if args.stale_only:  # the rows keep their order: a fit's subsampling follows it
+        data, kept = stale_rows(data.assign(_order=range(len(data))))
+        fresh, dropped = reextract(data, modules=tuple(args.module))
+        print(f"{len(data)} rows lower again, {len(kept)} gain the added features as zeros")
+        fresh = (pd.concat([kept, fresh], ignore_index=True)[kept.columns]
+                 .sort_values("_order").drop(columns="_order").reset_index(drop=True))
+        data = data.drop(columns="_order")
+    else:
+        fresh, dropped = reextract(data, modules=tuple(args.module))
     for line in dropped:
         print("left out", line, file=sys.stderr)
     out = Path(args.out or args.data)
     fresh.to_parquet(out, index=False)
-    print(f"{len(fresh)} rows re-extracted, {len(dropped)} left out -> {out}")
+    print(f"{len(fresh)} rows written, {len(dropped)} left out -> {out}")
     if dropped:
         aside = out.with_name(out.name.removesuffix(".parquet") + ".left_out.parquet")
         left_out(data, fresh, dropped).to_parquet(aside, index=False)

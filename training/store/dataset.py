@@ -68,7 +68,7 @@ def load(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> pd.DataFrame
     # phases are absent in older rows, and a shard whose phases are all missing reads as object
     data = data.astype({name: float for name in data
                         if name.startswith("phase_") and name.endswith("_seconds")})
-    data = _with_missing_values(data)
+    data = with_added_features(_with_missing_values(data))
     return data.drop_duplicates("row_id", keep="first").reset_index(drop=True)
 
 
@@ -82,6 +82,32 @@ def _with_missing_values(data: pd.DataFrame) -> pd.DataFrame:
         if name in data:
             column = data[name].astype(object)
             data[name] = column.where(column.notna(), None)
+    return data
+
+
+def with_added_features(data: pd.DataFrame) -> pd.DataFrame:
+    """Rows an earlier feature schema recorded, with the features later ones added: zero,
+    and the row of this schema, where the op they measure is absent; NaN (lower it again:
+    `costmodel.training.measure.reextract --stale-only`) where it is present."""
+    from costmodel.features.schema import ADDED
+
+    column = FEATURE_PREFIX + "schema_version"
+    if column not in data:
+        return data
+    version = pd.to_numeric(data[column], errors="coerce")
+    for added, (names, op) in ADDED.items():
+        older = version < added
+        if not older.any():
+            continue
+        counts = data[FEATURE_PREFIX + op] if FEATURE_PREFIX + op in data else 0.0
+        absent = older & (pd.to_numeric(counts, errors="coerce").fillna(0.0) == 0)
+        new = [FEATURE_PREFIX + name for name in names if FEATURE_PREFIX + name not in data]
+        if new:  # at once: one column at a time fragments a frame of 200 columns
+            data = pd.concat([data, pd.DataFrame(float("nan"), index=data.index,
+                                                 columns=new)], axis=1)
+        data.loc[absent, [FEATURE_PREFIX + name for name in names]] = 0.0
+        version = version.where(~absent, added)
+    data[column] = version.where(version.notna(), data[column])
     return data
 
 
