@@ -22,6 +22,11 @@ BENCH = ROOT / "bench"
 BENCH_ROOMS = (BENCH, BENCH / "evaluations", BENCH / "archive")
 
 
+def _bench_path(name: str) -> Path:
+    (path,) = [room / f"{name}.py" for room in BENCH_ROOMS if (room / f"{name}.py").exists()]
+    return path
+
+
 def bench_module(name: str):
     """`bench/**/<name>.py` imported as a module (the benches are scripts, not a package);
     the modules it imports (`_scoring`, other benches' programs) import as they do when
@@ -29,8 +34,7 @@ def bench_module(name: str):
     for room in BENCH_ROOMS:
         if str(room) not in sys.path:
             sys.path.append(str(room))
-    (path,) = [room / f"{name}.py" for room in BENCH_ROOMS if (room / f"{name}.py").exists()]
-    spec = importlib.util.spec_from_file_location(name, path)
+    spec = importlib.util.spec_from_file_location(name, _bench_path(name))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -44,10 +48,9 @@ def bench_json(name: str, *args: str) -> dict:
     import subprocess
     import tempfile
 
-    (path,) = [room / f"{name}.py" for room in BENCH_ROOMS if (room / f"{name}.py").exists()]
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "out.json"
-        subprocess.run([sys.executable, str(path), *args, "--json", str(out)], check=True,
+        subprocess.run([sys.executable, str(_bench_path(name)), *args, "--json", str(out)], check=True,
                        cwd=ROOT, capture_output=True)
         return json.loads(out.read_text())
 

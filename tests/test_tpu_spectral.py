@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import bench_json
 
+from costmodel.features.stablehlo.ops import odd_part
+
 ROOT = Path(__file__).resolve().parents[1]
 CHECK = ROOT / "bench/data/tpu_spectral/check1.jsonl"
 
@@ -53,11 +55,6 @@ def test_a_transforms_compile_on_the_chip_follows_the_odd_part_of_its_length():
                      str(ROOT / "bench/data/tpu_spectral/lengths1.jsonl"))
     assert len(got["programs"]) == 11
     chip = {2 * p["params"]["n"]: p["chip_s"] for p in got["programs"]}  # transform points
-
-    def odd_part(points: int) -> int:
-        while points % 2 == 0:
-            points //= 2
-        return points
     cheap = [points for points in chip if odd_part(points) < 200]
     dear = [points for points in chip if odd_part(points) > 10000]
     assert sorted(dear) == [20014, 22050, 22562]  # 2 x a prime, 2 x 3^2 5^2 7^2, 2 x 29 x 389

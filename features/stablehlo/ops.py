@@ -3,6 +3,7 @@ adds to its function's tally, `HANDLERS` what an op of that kind adds besides.""
 
 from __future__ import annotations
 
+import math
 import re
 from typing import NamedTuple
 
@@ -137,13 +138,11 @@ def _fft(op, site: Site) -> None:
     from jax._src.lib.mlir import ir
 
     lengths = [int(n) for n in ir.DenseI64ArrayAttr(op.attributes["fft_length"])]
-    points = 1
-    for n in lengths:
-        points *= n
-    site.tally.fft_points = max(site.tally.fft_points, points)
+    site.tally.fft_points = max(site.tally.fft_points, math.prod(lengths))
     # the length of the largest odd part (of two alike, the one with fewer factors of two)
-    site.tally.fft_odd = max([site.tally.fft_odd,
-                              *((odd_part(n), -(n // max(odd_part(n), 1))) for n in lengths)])
+    for n in lengths:
+        m = odd_part(n)
+        site.tally.fft_odd = max(site.tally.fft_odd, (m, -(n // m) if m else 0))
 
 
 HANDLERS = {
