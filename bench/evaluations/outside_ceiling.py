@@ -5,8 +5,9 @@ Every stored CPU bench run (`bench/results/*.json` with model inputs) is scored 
 `costmodel calibrate` would scale it (`outside.score`), and its log errors (measured over
 predicted) are taken apart five ways:
 
-- `library_centered`: the median fold as it is, and with each library's mean log error
-  within each run removed: how much of the error is one level per library;
+- `library_centered`: the median fold as it is, and with each library's level in each run,
+  as its other programs there set it, removed: how much of the error is one level per
+  library;
 - `tree_shrink`: the trees' correction of the baseline scaled by 0, 0.5, 1 and 1.5 (the
   calibration's model ratio recomputed for each): what the trees carry out of the corpus;
 - `pass_noise`: the same programs measured in separate passes on one machine, each pass
