@@ -38,6 +38,7 @@ from costmodel.features.schema import with_added
 from costmodel.models import load_default
 from costmodel.training.evaluation.interval_widening import bench_library
 from costmodel.training.evaluation.outside import current_results, scaled_predictions, score
+from costmodel.training.fitting.recipe import FFT_INPUTS
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 RESULTS = ROOT / "bench" / "results"
@@ -175,10 +176,10 @@ def xla_counts(runs: dict[str, dict]) -> pd.DataFrame:
 
 
 def with_count(inputs: dict, count: float | None = None) -> dict:
-    """Model inputs (the FFT inputs of schema 18 zero where the stored inputs predate
-    them), with the emulated fused ops (`fusion_groups` x `fusion_mean_size`) made
-    `count` if one is given."""
-    out = {"fft_points_max": 0.0, "fft_odd_part_max": 0.0, "fft_odd_length_twos": 0.0, **inputs}
+    """Model inputs, with the emulated fused ops (`fusion_groups` x `fusion_mean_size`)
+    made `count` if one is given. An FFT program stored before schema 18 lacks its
+    transform inputs; they are set to zero, which a CPU fit never reads (`FFT_INPUTS`)."""
+    out = {**dict.fromkeys(FFT_INPUTS, 0.0), **inputs}
     return out if count is None else {**out, "fusion_groups": count, "fusion_mean_size": 1.0}
 
 

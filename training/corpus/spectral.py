@@ -72,10 +72,12 @@ register(Family(
           + param_grid(kind=("poisson3d",), n=(16, 32, 64), transforms=(1, 3))),
 ))
 
-# Transform lengths that are not powers of two: on the TPU the compile follows the odd
-# part m of a length 2^k * m (call 29: a 6000-point transform, m = 375, 6.8 s on the chip,
-# 22050 points 41 s, 4096 points 0.6 s). None of these is a program of the chip checks
-# (`bench/evaluations/tpu_thin_conv.py`: check sets "spectral" and "fft_lengths").
+# Transform lengths that are not powers of two, which the TPU compiles in seconds to a
+# minute at a handful of ops (call 29: 4096 points 0.6 s on the chip, 6000 6.8 s, 22050
+# 41 s; call 30: 8012 = 4 x 2003 38 s but 8198 = 2 x 4099 7 s, so no rule of the odd part
+# alone). Kept out of every fit (bench/FINDINGS.md, "FFTs of odd lengths"). None of these is
+# a program of the chip checks (`bench/evaluations/tpu_thin_conv.py`: check sets
+# "spectral" and "fft_lengths").
 register(Family(
     name="spectral_odd",
     description="The spectral family's programs at transform lengths with odd factors "
