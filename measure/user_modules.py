@@ -23,6 +23,10 @@ def import_module_or_file(where: str):
     module_name = f"_costmodel_user_{path.stem}_{digest}"
     if module_name in sys.modules:
         return sys.modules[module_name]
+    # as `python path/to/file.py` does: the file may import the modules beside it
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.append(folder)
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
