@@ -1,0 +1,60 @@
+"""What the fourth outside suite's program files share (`outside_programs_d1.py`,
+`_d2.py`): abstract argument shapes, plain jax.numpy MLPs, an optax train step. Importing
+it registers no family and imports no outside library."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from costmodel.training.corpus.registry import sds
+
+KEY = sds((2,), np.uint32)
+
+
+def f32(*shape) -> jax.ShapeDtypeStruct:
+    return sds(shape)
+
+
+def i32(*shape) -> jax.ShapeDtypeStruct:
+    return sds(shape, np.int32)
+
+
+def c64(*shape) -> jax.ShapeDtypeStruct:
+    return sds(shape, np.complex64)
+
+
+def shapes(init, *args):
+    """Abstract result of `init(PRNGKey(0), *args)`, without materialising it."""
+    return jax.eval_shape(lambda: init(jax.random.PRNGKey(0), *args))
+
+
+def mlp_init(key, sizes):
+    keys = jax.random.split(key, len(sizes) - 1)
+    return [{"w": jax.random.normal(k, (a, b)) / np.sqrt(a), "b": jnp.zeros(b)}
+            for k, a, b in zip(keys, sizes[:-1], sizes[1:], strict=True)]
+
+
+def mlp(params, x, act=jnp.tanh):
+    for layer in params[:-1]:
+        x = act(x @ layer["w"] + layer["b"])
+    return x @ params[-1]["w"] + params[-1]["b"]
+
+
+def apply_grads(opt, loss_fn, params, opt_state, *inputs):
+    """One optax step on `loss_fn(params, *inputs)`; returns (params, opt_state, loss)."""
+    import optax
+
+    loss, grads = jax.value_and_grad(loss_fn)(params, *inputs)
+    updates, opt_state = opt.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+
+def train(opt, loss_fn, params):
+    """A train step `(params, opt_state, *batch) -> (params, opt_state, loss)` on `loss_fn`
+    and the abstract (params, optimizer state) it takes."""
+    def update(params, opt_state, *batch):
+        return apply_grads(opt, loss_fn, params, opt_state, *batch)
+
+    return update, (params, jax.eval_shape(opt.init, params))
