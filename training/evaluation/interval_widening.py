@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from costmodel.features.schema import with_added
 from costmodel.models.novelty import Novelty, Widening
 from costmodel.models.predictor import Predictor, to_log
 
@@ -70,7 +71,7 @@ def interval_ratios(artifact, data: dict, quantity: str = "compile_seconds") -> 
     interval widened s times: at most s), its `library` and its `distance` from the
     training rows. Predictions are scaled as `outside.score` scales them."""
     point, lo, hi, measured = scaled_predictions(unwidened(artifact), data, quantity)
-    inputs = [row["model_inputs"] for row in data["results"]]
+    inputs = [with_added(row["model_inputs"]) for row in data["results"]]
     return pd.DataFrame({"ratio": _ratio(quantity, point, lo, hi, measured),
                          "library": [bench_library(row) for row in data["results"]],
                          "distance": artifact.predictor.distance(inputs)})
