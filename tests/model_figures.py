@@ -29,6 +29,9 @@ OUTSIDE_RUNS = {"first set": ("outside_libraries", ""), "first set h100": ("outs
                     "outside_top_baseline", ""),
                 "simulators and RL": ("outside_libraries_b1", ""),
                 "numerical": ("outside_libraries_b2", ""),
+                "third set": ("outside_libraries_c", ""),
+                "fourth set, first part": ("outside_libraries_d1", ""),
+                "fourth set, second part": ("outside_libraries_d2", ""),
                 "simulators and RL h100": ("outside_libraries_b1_h100", "h100"),
                 "numerical h100": ("outside_libraries_b2_h100", "h100")}
 FIGURES: dict[str, Callable[[], object]] = {}

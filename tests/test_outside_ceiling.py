@@ -46,13 +46,16 @@ def test_the_stored_report_follows_from_the_stored_runs(report):
 
 
 def test_what_is_left_is_not_the_trees_nor_a_library_level(report):
+    """318 programs of twelve stored runs (the fourth suite's 52 among them since
+    2026-12-07; before them 266 programs read 1.219, the trees' scalings within 0.008)."""
     pooled = {scale: entry["pooled"]["median_fold"] for scale, entry in report["tree_shrink"].items()}
-    assert pooled["1.0"] == pytest.approx(1.219, abs=0.001)
-    # without the trees' correction, or with half or 1.5 times of it: within 0.011
-    assert max(abs(v - pooled["1.0"]) for v in pooled.values()) < 0.011
+    assert pooled["1.0"] == pytest.approx(1.206, abs=0.001)
+    # without the trees' correction 1.225, with half 1.209, with 1.5 times 1.229
+    assert pooled["0.0"] == pytest.approx(1.225, abs=0.001)
+    assert max(abs(v - pooled["1.0"]) for v in pooled.values()) < 0.025
     centered = report["library_centered"]
-    assert centered["as_is"]["n"] == 266 and centered["library_level_removed"]["n"] == 245
-    assert centered["as_is_same_programs"]["median_fold"] == pytest.approx(1.216, abs=0.001)
+    assert centered["as_is"]["n"] == 318 and centered["library_level_removed"]["n"] == 297
+    assert centered["as_is_same_programs"]["median_fold"] == pytest.approx(1.196, abs=0.001)
     # a level learned from the library's other programs in the run leaves 1.19
     assert centered["library_level_removed"]["median_fold"] == pytest.approx(1.186, abs=0.001)
 

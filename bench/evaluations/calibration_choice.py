@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from costmodel.features.schema import with_added
 from costmodel.models import load_default
 from costmodel.models.calibration import widen_interval
 from costmodel.training.corpus.calibration import FAMILY
@@ -121,7 +122,7 @@ def cases(artifact) -> list[dict]:
                                  manifest, predicted))
     for run, (folder, result) in OUTSIDE.items():
         data = json.loads((ROOT / result).read_text())
-        inputs = [row["model_inputs"] for row in data["results"]]
+        inputs = [with_added(row["model_inputs"]) for row in data["results"]]
         seconds = artifact.predict(inputs)["compile_seconds"]
         programs = {**{k: np.asarray(seconds[k], float) for k in ("point", "lo", "hi")},
                     "measured": np.array([row["measured_s"] for row in data["results"]])}
