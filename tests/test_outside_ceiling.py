@@ -47,7 +47,7 @@ def test_the_stored_report_follows_from_the_stored_runs(report):
 
 def test_what_is_left_is_not_the_trees_nor_a_library_level(report):
     """318 programs of twelve stored runs (the fourth suite's 52 among them since
-    2026-12-07; before them 266 programs read 1.219, the trees' scalings within 0.008)."""
+    2026-12-07; before them 266 programs read 1.219, the trees' scalings within 0.011)."""
     pooled = {scale: entry["pooled"]["median_fold"] for scale, entry in report["tree_shrink"].items()}
     assert pooled["1.0"] == pytest.approx(1.206, abs=0.001)
     # without the trees' correction 1.225, with half 1.209, with 1.5 times 1.229
