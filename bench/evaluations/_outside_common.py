@@ -58,3 +58,17 @@ def train(opt, loss_fn, params):
         return apply_grads(opt, loss_fn, params, opt_state, *batch)
 
     return update, (params, jax.eval_shape(opt.init, params))
+
+
+def gae(rewards, values, dones, last_value, gamma=0.99, lam=0.95):
+    """Generalised advantage estimates of a time-major rollout; returns (advantages, targets)."""
+    next_values = jnp.concatenate([values[1:], last_value[None]], axis=0)
+    not_done = 1.0 - dones.astype(jnp.float32)
+    deltas = rewards + gamma * next_values * not_done - values
+
+    def back(adv, x):
+        adv = x[0] + gamma * lam * x[1] * adv
+        return adv, adv
+
+    _, adv = jax.lax.scan(back, jnp.zeros_like(last_value), (deltas, not_done), reverse=True)
+    return adv, adv + values

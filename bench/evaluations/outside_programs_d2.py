@@ -35,7 +35,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _outside_common import KEY, apply_grads, c64, f32, i32, mlp, mlp_init, shapes, train
+from _outside_common import KEY, apply_grads, c64, f32, gae, i32, mlp, mlp_init, shapes, train
 
 from costmodel.training.corpus.registry import libraries_by_prefix, register_builders
 
@@ -391,20 +391,6 @@ def _navix(env_id: str, num_envs: int, observation: str = "symbolic_first_person
     return env, jax.eval_shape(lambda: jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), num_envs)))
 
 
-def _gae(rewards, values, dones, last_value, gamma=0.99, lam=0.95):
-    """Generalised advantage estimates of a time-major rollout; returns (advantages, targets)."""
-    next_values = jnp.concatenate([values[1:], last_value[None]], axis=0)
-    not_done = 1.0 - dones.astype(jnp.float32)
-    deltas = rewards + gamma * next_values * not_done - values
-
-    def back(adv, x):
-        adv = x[0] + gamma * lam * x[1] * adv
-        return adv, adv
-
-    _, adv = jax.lax.scan(back, jnp.zeros_like(last_value), (deltas, not_done), reverse=True)
-    return adv, adv + values
-
-
 def navix_random_rollout(env_id: str, num_envs: int, steps: int):
     """Uniform-random actions in a batch of auto-resetting MiniGrid envs, scan over steps (navix)."""
     env, timestep = _navix(env_id, num_envs)
@@ -453,7 +439,7 @@ def navix_ppo_update(env_id: str, num_envs: int, steps: int, epochs: int = 4, hi
 
         k_roll, k_epochs = jax.random.split(key)
         timestep, traj = jax.lax.scan(step, timestep, jax.random.split(k_roll, steps))
-        adv, targets = _gae(traj["reward"], traj["value"], traj["done"], heads(net, timestep.observation)[1])
+        adv, targets = gae(traj["reward"], traj["value"], traj["done"], heads(net, timestep.observation)[1])
 
         def epoch(carry, _):
             net, opt_state = carry
