@@ -72,3 +72,12 @@ def gae(rewards, values, dones, last_value, gamma=0.99, lam=0.95):
 
     _, adv = jax.lax.scan(back, jnp.zeros_like(last_value), (deltas, not_done), reverse=True)
     return adv, adv + values
+
+
+def clipped_surrogate(logits, values, traj, adv, targets):
+    """PPO's loss on a rollout: the clipped-surrogate policy loss on normalised advantages
+    plus half the value error."""
+    logp = jnp.take_along_axis(jax.nn.log_softmax(logits), traj["action"][..., None], -1)[..., 0]
+    ratio, adv = jnp.exp(logp - traj["logp"]), (adv - adv.mean()) / (adv.std() + 1e-8)
+    surrogate = jnp.minimum(ratio * adv, jnp.clip(ratio, 0.8, 1.2) * adv)
+    return -surrogate.mean() + 0.5 * jnp.mean((values - targets) ** 2)

@@ -35,8 +35,8 @@ import unseen_programs  # noqa: E402
 from _fresh_runs import measure_rows, read_measured  # noqa: E402
 from outside_libraries import power_law_leave_one_out, scores  # noqa: E402
 
-from costmodel.features.schema import with_added  # noqa: E402
 from costmodel.training.corpus.registry import Family, register  # noqa: E402
+from costmodel.training.evaluation.outside import stored_inputs  # noqa: E402
 
 BENCHES = {"library_programs": library_programs, "unseen_programs": unseen_programs}
 
@@ -90,7 +90,7 @@ def merge(out: Path, result_path: Path, target: str = "") -> dict:
     result_path.write_text(json.dumps(result, indent=1))
 
     artifact = load_default(result["backend"], result.get("target", ""))
-    predicted = artifact.predict([with_added(row["model_inputs"]) for row in result["results"]])
+    predicted = artifact.predict(stored_inputs(result))
     rss = np.array([row["measured_peak_rss_bytes"] for row in result["results"]])
     ops = np.array([measured[row["program"]]["f_hlo_ops"] for row in result["results"]], float)
     offset = LOG_OFFSETS["peak_rss_bytes"]

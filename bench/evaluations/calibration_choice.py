@@ -35,10 +35,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from costmodel.features.schema import with_added
 from costmodel.models import load_default
 from costmodel.models.calibration import widen_interval
 from costmodel.training.corpus.calibration import FAMILY
+from costmodel.training.evaluation.outside import stored_inputs
 from costmodel.training.fitting.fit import features_frame, select_rows
 from costmodel.training.measure.calibrate import (
     CALIBRATION_SET,
@@ -122,8 +122,7 @@ def cases(artifact) -> list[dict]:
                                  manifest, predicted))
     for run, (folder, result) in OUTSIDE.items():
         data = json.loads((ROOT / result).read_text())
-        inputs = [with_added(row["model_inputs"]) for row in data["results"]]
-        seconds = artifact.predict(inputs)["compile_seconds"]
+        seconds = artifact.predict(stored_inputs(data))["compile_seconds"]
         programs = {**{k: np.asarray(seconds[k], float) for k in ("point", "lo", "hi")},
                     "measured": np.array([row["measured_s"] for row in data["results"]])}
         for which in ("before", "after"):

@@ -36,23 +36,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _outside_common import KEY, apply_grads, clipped_surrogate, f32, gae, i32, mlp, mlp_init, shapes, train
 
-from costmodel.training.corpus.registry import libraries_by_prefix, register_builders, sds
-
-KEY = sds((2,), np.uint32)
-
-
-def f32(*shape) -> jax.ShapeDtypeStruct:
-    return sds(shape)
-
-
-def i32(*shape) -> jax.ShapeDtypeStruct:
-    return sds(shape, np.int32)
-
-
-def _shapes(init, *args):
-    """Abstract result of `init(PRNGKey(0), *args)`, without materialising it."""
-    return jax.eval_shape(lambda: init(jax.random.PRNGKey(0), *args))
+from costmodel.training.corpus.registry import libraries_by_prefix, register_builders
 
 
 def _eqx_abstract(make, *args, **kwargs):
@@ -63,23 +49,11 @@ def _eqx_abstract(make, *args, **kwargs):
     return eqx.partition(module, lambda x: isinstance(x, jax.ShapeDtypeStruct))
 
 
-def _mlp_init(key, sizes):
-    keys = jax.random.split(key, len(sizes) - 1)
-    return [{"w": jax.random.normal(k, (a, b)) / np.sqrt(a), "b": jnp.zeros(b)}
-            for k, a, b in zip(keys, sizes[:-1], sizes[1:], strict=True)]
-
-
-def _mlp(params, x, act=jnp.tanh):
-    for layer in params[:-1]:
-        x = act(x @ layer["w"] + layer["b"])
-    return x @ params[-1]["w"] + params[-1]["b"]
-
-
 def _cnn_init(key, channels, out):
     keys = jax.random.split(key, len(channels))
     convs = [jax.random.normal(k, (3, 3, a, b)) / np.sqrt(9 * a)
              for k, a, b in zip(keys[:-1], channels[:-1], channels[1:], strict=True)]
-    return {"convs": convs, "head": _mlp_init(keys[-1], (channels[-1], 256, out))}
+    return {"convs": convs, "head": mlp_init(keys[-1], (channels[-1], 256, out))}
 
 
 def _cnn(params, images):
@@ -88,39 +62,7 @@ def _cnn(params, images):
     for kernel in params["convs"]:
         x = jax.nn.gelu(jax.lax.conv_general_dilated(x, kernel, (2, 2), "SAME",
                                                      dimension_numbers=("NHWC", "HWIO", "NHWC")))
-    return _mlp(params["head"], x.mean((1, 2)), jax.nn.gelu)
-
-
-def _apply_grads(opt, loss_fn, params, opt_state, *inputs):
-    """One optax step on `loss_fn(params, *inputs)`; returns (params, opt_state, loss)."""
-    import optax
-
-    loss, grads = jax.value_and_grad(loss_fn)(params, *inputs)
-    updates, opt_state = opt.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss
-
-
-def _train(opt, loss_fn, params):
-    """A train step `(params, opt_state, *batch) -> (params, opt_state, loss)` on `loss_fn` and
-    the abstract (params, optimizer state) it takes."""
-    def update(params, opt_state, *batch):
-        return _apply_grads(opt, loss_fn, params, opt_state, *batch)
-
-    return update, (params, jax.eval_shape(opt.init, params))
-
-
-def _gae(rewards, values, dones, last_value, gamma=0.99, lam=0.95):
-    """Generalised advantage estimates of a time-major rollout; returns (advantages, targets)."""
-    next_values = jnp.concatenate([values[1:], last_value[None]], axis=0)
-    not_done = 1.0 - dones.astype(jnp.float32)
-    deltas = rewards + gamma * next_values * not_done - values
-
-    def back(adv, x):
-        adv = x[0] + gamma * lam * x[1] * adv
-        return adv, adv
-
-    _, adv = jax.lax.scan(back, jnp.zeros_like(last_value), (deltas, not_done), reverse=True)
-    return adv, adv + values
+    return mlp(params["head"], x.mean((1, 2)), jax.nn.gelu)
 
 
 def _sample(key, logits):
@@ -163,15 +105,10 @@ def jaxmarl_mpe_ippo_update(env_id: str, num_envs: int, steps: int, hidden: int 
         return jnp.concatenate([jnp.stack(padded, 1), ids], -1)
 
     def heads(net, x):
-        return _mlp(net["pi"], x), _mlp(net["v"], x)[..., 0]
+        return mlp(net["pi"], x), mlp(net["v"], x)[..., 0]
 
     def loss_fn(net, traj, adv, targets):
-        # clipped-surrogate policy loss plus a value loss
-        logits, values = heads(net, traj["obs"])
-        logp = jnp.take_along_axis(jax.nn.log_softmax(logits), traj["action"][..., None], -1)[..., 0]
-        ratio, adv = jnp.exp(logp - traj["logp"]), (adv - adv.mean()) / (adv.std() + 1e-8)
-        surrogate = jnp.minimum(ratio * adv, jnp.clip(ratio, 0.8, 1.2) * adv)
-        return -surrogate.mean() + 0.5 * jnp.mean((values - targets) ** 2)
+        return clipped_surrogate(*heads(net, traj["obs"]), traj, adv, targets)
 
     def update(net, opt_state, state, obs, key):
         def step(carry, key):
@@ -187,13 +124,13 @@ def jaxmarl_mpe_ippo_update(env_id: str, num_envs: int, steps: int, hidden: int 
             return (state, obs), dict(obs=x, action=action, logp=logp, value=value, reward=r, done=d)
 
         (state, obs), traj = jax.lax.scan(step, (state, obs), jax.random.split(key, steps))
-        adv, targets = _gae(traj["reward"], traj["value"], traj["done"], heads(net, stack_obs(obs))[1])
-        net, opt_state, loss = _apply_grads(opt, loss_fn, net, opt_state, traj, adv, targets)
+        adv, targets = gae(traj["reward"], traj["value"], traj["done"], heads(net, stack_obs(obs))[1])
+        net, opt_state, loss = apply_grads(opt, loss_fn, net, opt_state, traj, adv, targets)
         return net, opt_state, state, obs, loss
 
     in_dim = obs_dim + len(agents)
-    net = _shapes(lambda k: {"pi": _mlp_init(k, (in_dim, hidden, hidden, num_actions)),
-                             "v": _mlp_init(jax.random.fold_in(k, 1), (in_dim, hidden, hidden, 1))})
+    net = shapes(lambda k: {"pi": mlp_init(k, (in_dim, hidden, hidden, num_actions)),
+                             "v": mlp_init(jax.random.fold_in(k, 1), (in_dim, hidden, hidden, 1))})
     return update, (net, jax.eval_shape(opt.init, net), state, obs, KEY)
 
 
@@ -215,7 +152,7 @@ def jaxmarl_masked_rollout(env_id: str, num_envs: int, steps: int, scenario: str
             k_act, k_step = jax.random.split(key)
             avail = jax.vmap(available)(state)
             mask = jnp.stack([avail[a] for a in agents], 1)
-            logits = _mlp(net, jnp.stack([obs[a] for a in agents], 1), jax.nn.relu)
+            logits = mlp(net, jnp.stack([obs[a] for a in agents], 1), jax.nn.relu)
             action, _ = _sample(k_act, jnp.where(mask > 0, logits, -1e9))
             obs, state, reward, done, _ = _marl_step(env, k_step, state,
                                                      {a: action[:, i] for i, a in enumerate(agents)})
@@ -225,7 +162,7 @@ def jaxmarl_masked_rollout(env_id: str, num_envs: int, steps: int, scenario: str
         return state, rewards.sum(0), dones.sum()
 
     sizes = (obs[agents[0]].shape[-1], hidden, hidden, env.action_space(agents[0]).n)
-    return rollout, (_shapes(_mlp_init, sizes), state, obs, KEY)
+    return rollout, (shapes(mlp_init, sizes), state, obs, KEY)
 
 
 # ------------------------------------------------------------------------------------------- vbjax
@@ -309,7 +246,7 @@ def vbjax_mpr_fc_fit_step(nodes: int, steps: int):
         mask = 1.0 - jnp.eye(nodes)
         return jnp.sum(mask * (jnp.corrcoef(xs[steps // 4:, 0].T) - target_fc) ** 2) / mask.sum()
 
-    update, state = _train(optax.adam(1e-2), loss, {"eta": f32(nodes), "log_coupling": f32()})
+    update, state = train(optax.adam(1e-2), loss, {"eta": f32(nodes), "log_coupling": f32()})
     return update, (*state, f32(nodes, nodes), f32(2, nodes), f32(steps, 2, nodes), f32(nodes, nodes))
 
 
@@ -354,7 +291,7 @@ def flowmc_rqspline_fit(n_dim: int, layers: int, bins: int, steps: int, batch: i
     def fit(params, masks, samples, key):
         def step(carry, key):
             idx = jax.random.randint(key, (batch,), 0, samples.shape[0])
-            params, opt_state, value = _apply_grads(opt, loss, *carry, masks, samples[idx])
+            params, opt_state, value = apply_grads(opt, loss, *carry, masks, samples[idx])
             return (params, opt_state), value
 
         (params, _), losses = jax.lax.scan(step, (params, opt.init(params)), jax.random.split(key, steps))
@@ -425,7 +362,7 @@ def jaxdf_acoustic_inversion_step(n: int, steps: int):
         _, traces = jax.lax.scan(step, fields, None, length=steps)
         return jnp.mean((traces - observed) ** 2) + 1e-3 * jnp.mean(log_c**2)
 
-    update, state = _train(optax.adam(1e-2), misfit, f32(n, n))
+    update, state = train(optax.adam(1e-2), misfit, f32(n, n))
     return update, (*state, f32(n, n), i32(4 * n, 2), f32(steps, 4 * n))
 
 
@@ -463,7 +400,7 @@ def jaxdf_pinn_helmholtz_step(width: int, depth: int, points: int):
     domain = Domain((64, 64), (1.0 / 64, 1.0 / 64))
 
     def field_fn(params, x):
-        return _mlp(params, jnp.concatenate([jnp.sin(jnp.pi * x), jnp.cos(jnp.pi * x)]))
+        return mlp(params, jnp.concatenate([jnp.sin(jnp.pi * x), jnp.cos(jnp.pi * x)]))
 
     def loss(params, interior, boundary, k):
         u = Continuous(params, domain, field_fn)
@@ -471,7 +408,7 @@ def jaxdf_pinn_helmholtz_step(width: int, depth: int, points: int):
         residual = jax.vmap(lambda x: lap(x) + k**2 * u(x) - jnp.sin(4 * x[0]) * x[1])(interior)
         return jnp.mean(residual**2) + 10.0 * jnp.mean(jax.vmap(u)(boundary) ** 2)
 
-    update, state = _train(optax.adam(1e-3), loss, _shapes(_mlp_init, (4,) + (width,) * depth + (1,)))
+    update, state = train(optax.adam(1e-3), loss, shapes(mlp_init, (4,) + (width,) * depth + (1,)))
     return update, (*state, f32(points, 2), f32(points // 4, 2), f32())
 
 
@@ -604,8 +541,8 @@ def augmax_simclr_step(batch: int, size: int, crop: int, width: int = 32):
         positives = jnp.concatenate([jnp.arange(batch) + batch, jnp.arange(batch)])
         return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(sim), positives[:, None], -1))
 
-    update, state = _train(optax.adamw(1e-3, weight_decay=1e-4), loss,
-                           _shapes(_cnn_init, (3, width, 2 * width, 4 * width), 128))
+    update, state = train(optax.adamw(1e-3, weight_decay=1e-4), loss,
+                           shapes(_cnn_init, (3, width, 2 * width, 4 * width), 128))
     return update, (*state, f32(batch, size, size, 3), KEY)
 
 
@@ -633,7 +570,7 @@ def augmax_segmentation_step(batch: int, size: int, classes: int, width: int = 3
         return [jax.random.normal(k, (3, 3, a, b)) / np.sqrt(9 * a)
                 for k, a, b in zip(jax.random.split(key, 4), sizes[:-1], sizes[1:], strict=True)]
 
-    update, state = _train(optax.adam(1e-3), loss, _shapes(init))
+    update, state = train(optax.adam(1e-3), loss, shapes(init))
     return update, (*state, f32(batch, size, size, 3), i32(batch, size, size), KEY)
 
 
@@ -701,7 +638,7 @@ def jaxcfd_spectral_assimilation_step(n: int, steps: int, observations: int):
         _, frames = rollout(jnp.fft.rfftn(omega0))
         return jnp.mean((frames - observed) ** 2) + 1e-4 * jnp.mean(omega0**2)
 
-    update, state = _train(optax.adam(1e-2), loss, f32(n, n))
+    update, state = train(optax.adam(1e-2), loss, f32(n, n))
     return update, (*state, f32(observations, n, n))
 
 
@@ -819,7 +756,7 @@ def _equimo_classifier_step(make, batch: int, size: int, classes: int, lr: float
         targets = optax.smooth_labels(jax.nn.one_hot(labels, classes), 0.1)
         return jnp.mean(optax.softmax_cross_entropy(logits, targets))
 
-    update, state = _train(optax.adamw(lr, weight_decay=0.05), loss, params)
+    update, state = train(optax.adamw(lr, weight_decay=0.05), loss, params)
     return update, (*state, f32(batch, 3, size, size), i32(batch), KEY)
 
 

@@ -35,7 +35,19 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _outside_common import KEY, apply_grads, c64, f32, gae, i32, mlp, mlp_init, shapes, train
+from _outside_common import (
+    KEY,
+    apply_grads,
+    c64,
+    clipped_surrogate,
+    f32,
+    gae,
+    i32,
+    mlp,
+    mlp_init,
+    shapes,
+    train,
+)
 
 from costmodel.training.corpus.registry import libraries_by_prefix, register_builders
 
@@ -422,11 +434,9 @@ def navix_ppo_update(env_id: str, num_envs: int, steps: int, epochs: int = 4, hi
 
     def loss_fn(net, traj, adv, targets):
         logits, values = heads(net, traj["obs"])
-        logp = jnp.take_along_axis(jax.nn.log_softmax(logits), traj["action"][..., None], -1)[..., 0]
-        ratio, adv = jnp.exp(logp - traj["logp"]), (adv - adv.mean()) / (adv.std() + 1e-8)
-        surrogate = jnp.minimum(ratio * adv, jnp.clip(ratio, 0.8, 1.2) * adv)
+        loss = clipped_surrogate(logits, values, traj, adv, targets)
         entropy = -jnp.sum(jax.nn.softmax(logits) * jax.nn.log_softmax(logits), -1)
-        return -surrogate.mean() + 0.5 * jnp.mean((values - targets) ** 2) - 0.01 * entropy.mean()
+        return loss - 0.01 * entropy.mean()
 
     def update(net, opt_state, timestep, key):
         def step(timestep, key):

@@ -33,12 +33,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from costmodel.features.schema import with_added
 from costmodel.models.novelty import Novelty, Widening
 from costmodel.models.predictor import Predictor, to_log
 
 from ..fitting.fit import features_frame, libraries
-from .outside import current_results, measures, scaled_predictions
+from .outside import current_results, measures, scaled_predictions, stored_inputs
 
 # The corpus's libraries held out should stay covered as the issue asks of any held-out
 # library (85-95% for a 90% interval) while strangers' programs get wider intervals.
@@ -71,10 +70,9 @@ def interval_ratios(artifact, data: dict, quantity: str = "compile_seconds") -> 
     interval widened s times: at most s), its `library` and its `distance` from the
     training rows. Predictions are scaled as `outside.score` scales them."""
     point, lo, hi, measured = scaled_predictions(unwidened(artifact), data, quantity)
-    inputs = [with_added(row["model_inputs"]) for row in data["results"]]
     return pd.DataFrame({"ratio": _ratio(quantity, point, lo, hi, measured),
                          "library": [bench_library(row) for row in data["results"]],
-                         "distance": artifact.predictor.distance(inputs)})
+                         "distance": artifact.predictor.distance(stored_inputs(data))})
 
 
 def _ratio(quantity: str, point, lo, hi, actual) -> np.ndarray:

@@ -56,6 +56,12 @@ def measures(data: dict, quantity: str) -> bool:
     return all(MEASURED_KEYS[quantity] in row for row in data["results"])
 
 
+def stored_inputs(data: dict) -> list[dict[str, float]]:
+    """Each program's model inputs of one stored bench run, with what later feature schemas
+    added (`with_added`), as a model of this schema reads them."""
+    return [with_added(row["model_inputs"]) for row in data["results"]]
+
+
 def scaled_predictions(artifact, data: dict, quantity: str = "compile_seconds"
                        ) -> tuple[np.ndarray, ...]:
     """`(point, lo, hi, measured)` of `quantity` (compile seconds, or peak RSS bytes) of
@@ -63,7 +69,7 @@ def scaled_predictions(artifact, data: dict, quantity: str = "compile_seconds"
     them for `artifact` on the run's machine (`run_scale`), memory as predicted (a faster
     machine does not need less of it)."""
     rows = data["results"]
-    out = artifact.predict([with_added(row["model_inputs"]) for row in rows])[quantity]
+    out = artifact.predict(stored_inputs(data))[quantity]
     speed = run_scale(artifact, data) if quantity == "compile_seconds" else 1.0
     point, lo, hi = (out[key] * speed for key in ("point", "lo", "hi"))
     return point, lo, hi, np.array([row[MEASURED_KEYS[quantity]] for row in rows], float)
