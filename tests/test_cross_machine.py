@@ -77,19 +77,20 @@ def calibrated(bench):
 
 def test_the_reference_speed_carries_the_model_within_a_tenth_of_its_own_machine(calibrated):
     # 11 calibrations over four passes, against the held-out predictions of the committed
-    # build (same-machine median fold 1.20): scaled by the reference speed (what
-    # `costmodel calibrate` applies) the median fold is within 1.1x of the same-machine
-    # figure in all 11, and lower on average than by the set's parts or the reference alone
-    same = 1.2005
+    # build (same-machine median fold 1.17): scaled by the reference speed (what
+    # `costmodel calibrate` applied before the model ratio) the median fold is within 1.1x
+    # of the same-machine figure in 9 of 11, and lower on average than by the set's parts
+    # or the reference alone
+    same = 1.1674
     speed, parts, alone = (calibrated[v] for v in ("reference_speed", "per_part",
                                                    "reference_only"))
-    assert speed[:, 0].mean() == pytest.approx(1.223, abs=0.005)
-    assert np.sum(speed[:, 0] <= 1.1 * same) == 11
-    assert parts[:, 0].mean() == pytest.approx(1.252, abs=0.005)
-    assert alone[:, 0].mean() == pytest.approx(1.249, abs=0.005)
+    assert speed[:, 0].mean() == pytest.approx(1.228, abs=0.005)
+    assert np.sum(speed[:, 0] <= 1.1 * same) == 9  # 1.17-1.31
+    assert parts[:, 0].mean() == pytest.approx(1.261, abs=0.005)
+    assert alone[:, 0].mean() == pytest.approx(1.250, abs=0.005)
     # what it does better than the others is remove the bias (median |log measured /
     # predicted|)
     bias = {view: float(np.median(np.abs(np.log(calibrated[view][:, 1]))))
             for view in ("reference_speed", "per_part", "reference_only")}
-    assert bias == pytest.approx({"reference_speed": 0.057, "per_part": 0.104,
-                                  "reference_only": 0.100}, abs=0.002)
+    assert bias == pytest.approx({"reference_speed": 0.067, "per_part": 0.134,
+                                  "reference_only": 0.116}, abs=0.002)

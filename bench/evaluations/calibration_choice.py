@@ -47,6 +47,7 @@ from costmodel.training.measure.calibrate import (
     REFERENCE_SPEED,
     candidate_spread,
     candidates,
+    choose_scale,
     log_uncertainty,
     part_scales,
 )
@@ -167,6 +168,7 @@ FITTED = {  # name: (grid of the parameter, factor from (candidates, parameter))
     "set_shrunk_toward_1": (POWERS, lambda ways, a: ways[CALIBRATION_SET] ** a),
     "model_ratio_shrunk_toward_1": (POWERS, lambda ways, a: ways[MODEL_RATIO] ** a),
     "set_times_constant": (FACTORS, lambda ways, c: ways[CALIBRATION_SET] * c),
+    "model_ratio_times_constant": (FACTORS, lambda ways, c: ways[MODEL_RATIO] * c),
 }
 
 
@@ -215,7 +217,8 @@ def coverage(all_cases: list[dict]) -> list[dict]:
     for c in all_cases:
         ways = c["candidates"]
         spread = candidate_spread(ways)
-        logs = np.log(c["_programs"]["point"] * ways[MODEL_RATIO] / c["_programs"]["measured"])
+        applied = choose_scale(ways)[0]
+        logs = np.log(c["_programs"]["point"] * applied / c["_programs"]["measured"])
         folds = np.exp(np.abs(logs))
         out.append({"run": c["run"], "calibration": c["calibration"], "spread": spread,
                     # the bar figures for compile time under the applied way
@@ -223,7 +226,7 @@ def coverage(all_cases: list[dict]) -> list[dict]:
                     "p90_fold": float(np.quantile(folds, 0.9)), "max_fold": float(folds.max()),
                     "bias": float(np.exp(np.mean(logs))),
                     "log_uncertainty": log_uncertainty(spread),
-                    **_interval(**c["_programs"], scale=ways[MODEL_RATIO],
+                    **_interval(**c["_programs"], scale=applied,
                                 uncertainty=log_uncertainty(spread)),
                     "reference_speed_as_fitted": _interval(
                         **c["_programs"], scale=ways[REFERENCE_SPEED], uncertainty=0.0)["as_fitted"]})

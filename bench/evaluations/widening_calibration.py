@@ -46,6 +46,7 @@ from costmodel.training.fitting.fit import select_rows
 from costmodel.training.measure.calibrate import (
     candidate_spread,
     candidates,
+    choose_scale,
     log_uncertainty,
     model_ratio_scale,
     predicted_set,
@@ -113,7 +114,7 @@ def cross_machine(artifact, corpus: pd.DataFrame, rule: Widening) -> list[dict]:
             continue
         keys = [r["key"] for r in json.loads((RESULTS / f"{case['run']}.json").read_text())["rows"]]
         frame = pd.DataFrame({"distance": distance.loc[keys].to_numpy()})
-        scale, programs = case["candidates"]["model_ratio"], case["_programs"]
+        scale, programs = choose_scale(case["candidates"])[0], case["_programs"]
         frame["ratio"] = widening._ratio("compile_seconds", *(programs[k] * scale for k in (
             "point", "lo", "hi")), programs["measured"])
         out.append({"run": case["run"], "calibration": case["calibration"],

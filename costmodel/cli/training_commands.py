@@ -170,13 +170,15 @@ def tpu_calibration_summary(record: dict) -> str:
 def calibration_summary(record: dict) -> str:
     """What `costmodel calibrate` prints: the scale applied and where it comes from, then
     how sure it is (`calibrate.confidence`)."""
-    from costmodel.training.measure.calibrate import confidence
+    from costmodel.training.measure.calibrate import APPLIED_FACTOR, confidence
 
     reference = record["reference_seconds"]
     predicted = sum(1 for p in record["programs"].values() if p.get("predicted"))
     source = {
         "model_ratio": "the calibration set's compiles here over the model's predictions "
-                       f"of them, median of {predicted} programs",
+                       f"of them, median of {predicted} programs, "
+                       f"{record['candidates']['model_ratio']:.3f}, times "
+                       f"{APPLIED_FACTOR['model_ratio']:.2f} for programs it never saw",
         "reference_speed": f"the reference compiles in {reference['here']:.3f} s here, "
                            f"{reference['model']:.3f} s on the training machine",
         "calibration_set": "the calibration set's median ratio to the training machine",

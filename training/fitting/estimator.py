@@ -92,6 +92,8 @@ class CompileCostModel:
             defaults: `ANCHORS`; `{}`: none).
         anchor_held: Columns of bytes that raise an anchor's ceiling (`Anchor.held`;
             default: `ANCHOR_HELD`; `()`: none).
+        anchor_margins: Margins an anchor's ceiling may sit above its line, chosen with
+            its weight (default: `ANCHOR_MARGINS`; `BACKEND_TERMS` holds a backend's own).
         max_iter, learning_rate, max_leaf_nodes, min_samples_leaf, l2_regularization:
             Passed to `HistGradientBoostingRegressor`.
         n_threads: OpenMP and BLAS threads while fitting; on small data one is as
@@ -112,6 +114,7 @@ class CompileCostModel:
                  tree_exclude: Sequence[str] = (),
                  anchors: Mapping[str, str] | None = None,
                  anchor_held: Sequence[str] | None = None,
+                 anchor_margins: Sequence[float] | None = None,
                  max_iter: int = 100,
                  learning_rate: float = 0.1,
                  max_leaf_nodes: int = 15, min_samples_leaf: int = 10,
@@ -127,6 +130,7 @@ class CompileCostModel:
         self.tree_exclude = tuple(tree_exclude)
         self.anchors = anchors
         self.anchor_held = anchor_held
+        self.anchor_margins = None if anchor_margins is None else tuple(anchor_margins)
         self.max_iter = max_iter
         self.learning_rate = learning_rate
         self.max_leaf_nodes = max_leaf_nodes
@@ -312,7 +316,8 @@ class CompileCostModel:
         slope, intercept = np.polyfit(z_source[both], z[both], 1)
         candidates = [Anchor(source, float(w), float(slope), float(intercept), margin,
                              tuple(held_columns), float(per_held_byte))
-                      for w in ANCHOR_WEIGHTS for margin in ANCHOR_MARGINS]
+                      for w in ANCHOR_WEIGHTS
+                      for margin in (self.anchor_margins or ANCHOR_MARGINS)]
         errors = [np.mean(np.abs(z[seen] - a.pull(predicted[seen], predicted_source[seen],
                                                   held[seen]))) for a in candidates]
         anchor = candidates[int(np.argmin(errors))]
