@@ -51,8 +51,8 @@ def test_merge_writes_the_memory_and_scores_it_against_the_power_law(bench, tmp_
     assert report["programs"] == 19
     # the shipped model's host memory on these 19 programs against a power law in op
     # count fitted on the 18 others each time (1.265 before host memory's ceiling from
-    # compile time)
-    assert report["model_scores"]["median_fold"] == pytest.approx(1.249, abs=1e-3)
+    # compile time, 1.249 with the ceiling on its line)
+    assert report["model_scores"]["median_fold"] == pytest.approx(1.220, abs=1e-3)
     assert report["power_law_leave_one_out"]["median_fold"] == pytest.approx(1.627, abs=1e-3)
 
 

@@ -82,7 +82,7 @@ def test_headless_chromium_draws_the_icicle_chart(tmp_path):
 
 
 def a_helper_whose_qualified_name_is_long_enough_to_be_cut(x, w):
-    for _ in range(20):
+    for _ in range(200):
         x = jnp.tanh(x @ w)
     return x
 

@@ -71,15 +71,29 @@ def test_inputs_of_17_gain_zeros_without_an_fft_and_nothing_with_one():
 
 
 def test_the_shipped_models_of_17_load_and_read_their_own_inputs():
+    h100 = load_default("gpu", "h100")
+    assert h100.manifest["schema_version"] == 17
+    inputs = features_frame(pd.DataFrame([{"f_" + n: 1.0 for n in MODEL_FEATURES}
+                                           | {"backend": "gpu"}])).to_dict("records")[0]
+    without = {k: v for k, v in inputs.items() if k not in FFT}
+    same = h100.predict([inputs])["compile_seconds"]["point"]
+    assert same == pytest.approx(h100.predict([without])["compile_seconds"]["point"], rel=0)
+    assert h100.predict([{**inputs, "fft_odd_part_max": 1e4}])["compile_seconds"]["point"] \
+        == pytest.approx(same, rel=0)
+
+
+def test_the_cpu_model_of_18_does_not_read_the_transform_inputs():
+    """XLA:CPU compiles FFTs in what their op counts say (`recipe.FFT_INPUTS`): the CPU
+    model's trees leave the three inputs out, so they move none of its predictions."""
     cpu = load_default("cpu")
-    assert cpu.manifest["schema_version"] == 17
+    assert cpu.manifest["schema_version"] == 18
+    assert set(FFT) <= set(cpu.manifest["features"])
     inputs = features_frame(pd.DataFrame([{"f_" + n: 1.0 for n in MODEL_FEATURES}
                                            | {"backend": "cpu"}])).to_dict("records")[0]
-    without = {k: v for k, v in inputs.items() if k not in FFT}
     same = cpu.predict([inputs])["compile_seconds"]["point"]
-    assert same == pytest.approx(cpu.predict([without])["compile_seconds"]["point"], rel=0)
-    assert cpu.predict([{**inputs, "fft_odd_part_max": 1e4}])["compile_seconds"]["point"] \
-        == pytest.approx(same, rel=0)
+    odd = {**inputs, "fft_points_max": 27000.0, "fft_odd_part_max": 3375.0,
+           "fft_odd_length_twos": 8.0}
+    assert cpu.predict([odd])["compile_seconds"]["point"] == pytest.approx(same, rel=0)
 
 
 def test_a_model_of_a_schema_not_read_is_refused(tmp_path):

@@ -138,8 +138,8 @@ def test_a_fitted_estimator_keeps_its_training_rows():
 def test_a_prediction_reports_its_distance_and_far_programs_get_wider_intervals():
     """An unrolled tanh-matmul loop (the corpus's `loop` family is this) lies near the
     training rows; an FFT, a sort and a determinant of a complex vector lie far from them.
-    The shipped CPU rule and a rule that grows faster past an onset between them both
-    widen the far one more."""
+    The shipped CPU rule (one factor, 1.28, fitted on the stored runs) widens both alike;
+    a rule that grows past an onset between them widens the far one more."""
     import jax.numpy as jnp
 
     import costmodel
@@ -156,14 +156,14 @@ def test_a_prediction_reports_its_distance_and_far_programs_get_wider_intervals(
     near = costmodel.predict(loop, jnp.ones((8, 64)), jnp.ones((64, 64)))
     far = costmodel.predict(odd, jnp.ones((4096,), jnp.complex64))
     assert near.distance_from_training == pytest.approx(1.19, abs=0.01)
-    assert far.distance_from_training == pytest.approx(9.34, abs=0.01)
+    assert far.distance_from_training == pytest.approx(12.85, abs=0.01)  # its transform too
     assert far.to_dict()["distance_from_training"] == far.distance_from_training
     shipped = load_default("cpu").predictor
     unwidened = replace(shipped, widenings={})
     by_distance = replace(shipped, widenings={
         "compile_seconds": Widening(factor=1.0, onset=5.52, power=0.5)})
     far_scale = (far.distance_from_training / 5.52) ** 0.5
-    assert far_scale == pytest.approx(1.30, abs=0.01)
+    assert far_scale == pytest.approx(1.53, abs=0.01)
     for prediction, scale in ((near, 1.0), (far, far_scale)):
         inputs = [prediction.features.model_inputs()]
         fitted = unwidened.predict(inputs)["compile_seconds"]
@@ -177,11 +177,10 @@ def test_a_prediction_reports_its_distance_and_far_programs_get_wider_intervals(
         assert np.log(grown["hi"][0] / grown["point"][0]) == pytest.approx(
             scale * fitted_width)
         # host memory widens by its own rule, in the log of bytes + 1 MiB the model works
-        # in: one factor at any distance (the second outside set's numerical programs,
-        # 72% inside as fitted, ask for 1.052)
+        # in: one factor at any distance (1.063)
         memory = unwidened.predict(inputs)["peak_rss_bytes"]
         rule = shipped.widenings["peak_rss_bytes"]
-        assert (rule.factor, rule.power) == (pytest.approx(1.052, abs=1e-3), 0.0)
+        assert (rule.factor, rule.power) == (pytest.approx(1.063, abs=1e-3), 0.0)
         memory_scale = rule.scale(np.array([prediction.distance_from_training]))[0]
         assert memory_scale == rule.factor
         low, high = prediction.peak_memory_bytes_interval

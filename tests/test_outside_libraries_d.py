@@ -56,14 +56,16 @@ def _memory_folds(ceiling) -> dict[str, float]:
 
 
 def test_host_memory_ceiling_drawn_for_the_corpus_cuts_strangers_too_low():
-    """The shipped CPU model's ceiling (weight 0.85, margin 0: the corpus's own best) puts
-    these programs' host memory at a median fold of 1.53 and 1.44, under-predicted; 0.3
-    above its line with the weight the corpus then picks (1.0), the margin chosen on the
-    eight earlier suites before these were scored, 1.33 and 1.29, near where no ceiling
-    puts them (1.33 and 1.25). bench/FINDINGS.md, "A fourth outside suite"."""
+    """The corpus's own best ceiling (weight 0.85, margin 0) put these programs' host
+    memory at a median fold of 1.53 and 1.44 under the model before; the shipped CPU
+    model's ceiling sits 0.3 above its line (the margin chosen on the eight earlier suites
+    before these were scored, weight 1.0): 1.30 and 1.26, where no ceiling puts them
+    (1.29 and 1.26); the corpus's own best would cut them to 1.43 and 1.38 again.
+    bench/FINDINGS.md, "A fourth outside suite"."""
     shipped = _memory_folds(lambda anchor: anchor)
-    margin = _memory_folds(lambda anchor: replace(anchor, weight=1.0, margin=0.3))
+    corpus_best = _memory_folds(lambda anchor: replace(anchor, weight=0.85, margin=0.0))
     loose = _memory_folds(lambda anchor: None)
-    assert shipped == pytest.approx({"d1": 1.525, "d2": 1.443}, abs=1e-3)
-    assert margin == pytest.approx({"d1": 1.331, "d2": 1.288}, abs=1e-3)
-    assert all(shipped[n] > margin[n] + 0.15 and abs(margin[n] - loose[n]) < 0.05 for n in RUNS)
+    assert shipped == pytest.approx({"d1": 1.298, "d2": 1.263}, abs=1e-3)
+    assert corpus_best == pytest.approx({"d1": 1.434, "d2": 1.381}, abs=1e-3)
+    assert all(corpus_best[n] > shipped[n] + 0.1 and abs(shipped[n] - loose[n]) < 0.02
+               for n in RUNS)
