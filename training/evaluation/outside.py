@@ -89,9 +89,9 @@ CALIBRATION_KEY = "calibration_before"
 def run_scale(artifact, data: dict) -> float:
     """The factor `costmodel calibrate` applies for `artifact` on the machine of a stored
     bench run: the model ratio (the calibration set's seconds there over `artifact`'s
-    predictions of it, times its `APPLIED_FACTOR`) where the run keeps the calibration taken before its programs,
-    else the reference speed (`speed_scale`; the library and unseen benches kept only
-    the reference program's time)."""
+    predictions of it, times its `APPLIED_FACTOR`) where the run keeps the calibration
+    taken before its programs, else the reference speed (`speed_scale`; the library and
+    unseen benches kept only the reference program's time)."""
     calibration = data.get(CALIBRATION_KEY)
     ratio = calibration and model_ratio_scale(calibration, predicted_set(calibration, artifact))
     return ratio * APPLIED_FACTOR[MODEL_RATIO] if ratio else speed_scale(artifact, data["reference_s"])
