@@ -32,6 +32,8 @@ OUTSIDE_RUNS = {"first set": ("outside_libraries", ""), "first set h100": ("outs
                 "third set": ("outside_libraries_c", ""),
                 "fourth set, first part": ("outside_libraries_d1", ""),
                 "fourth set, second part": ("outside_libraries_d2", ""),
+                "fifth set, first part": ("outside_libraries_e1", ""),
+                "fifth set, second part": ("outside_libraries_e2", ""),
                 "simulators and RL h100": ("outside_libraries_b1_h100", "h100"),
                 "numerical h100": ("outside_libraries_b2_h100", "h100")}
 FIGURES: dict[str, Callable[[], object]] = {}
