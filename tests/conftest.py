@@ -59,6 +59,22 @@ def bench_json(name: str, *args: str) -> dict:
 REQUIRE_CORPUS_ENV = "COSTMODEL_REQUIRE_CORPUS"
 
 
+def scored_outside_runs(runs: dict[str, Path]) -> dict[str, dict]:
+    """Each stored outside-libraries run (name -> its folder) scored by the shipped model
+    as `bench/evaluations/outside_libraries.py score` scores it."""
+    bench = bench_module("outside_libraries")
+    return {name: bench.score(run) for name, run in runs.items()}
+
+
+def libraries_used_before(results: tuple[str, ...]) -> set[str]:
+    """The libraries of the CPU training rows and of the named stored bench results."""
+    used = set(pd.read_parquet(ROOT / "training/data/cpu/rows.parquet", columns=["library"])[
+        "library"].dropna())
+    for name in results:
+        used |= set(json.loads((ROOT / f"bench/results/{name}.json").read_text())["libraries"])
+    return used
+
+
 def corpus_library_missing(reason: str) -> None:
     """Skip a test whose `[corpus]` library is not installed (a failure in CI's corpus stage)."""
     if os.environ.get(REQUIRE_CORPUS_ENV):

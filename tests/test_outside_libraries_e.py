@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,22 +19,19 @@ EARLIER = ("outside_libraries", "outside_libraries_b1", "outside_libraries_b2", 
 
 @pytest.fixture(scope="module")
 def reports():
-    from conftest import bench_module
+    from conftest import scored_outside_runs
 
-    bench = bench_module("outside_libraries")
-    return {name: bench.score(run) for name, run in RUNS.items()}
+    return scored_outside_runs(RUNS)
 
 
 def test_the_fifth_set_uses_only_libraries_nothing_else_here_uses(reports):
+    from conftest import libraries_used_before
+
     assert [reports[n]["programs"] for n in RUNS] == [14, 14]
     libraries = set(reports["e1"]["libraries"]) | set(reports["e2"]["libraries"])
     assert libraries == {"rejax", "jaxwt", "signax", "sax", "diffopt",
                          "jax-galsim", "distreqx", "quax", "jaxsnn"}
-    training = pd.read_parquet(ROOT / "training/data/cpu/rows.parquet", columns=["library"])
-    earlier = set()
-    for name in EARLIER:
-        earlier |= set(json.loads((ROOT / f"bench/results/{name}.json").read_text())["libraries"])
-    assert not libraries & (set(training["library"].dropna()) | earlier)
+    assert not libraries & libraries_used_before(EARLIER)
     measured = [row["measured_s"] for n in RUNS for row in reports[n]["rows"]]
     assert min(measured) < 0.2 and max(measured) > 25
 
