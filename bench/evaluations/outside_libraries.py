@@ -46,7 +46,7 @@ from costmodel.models.predictor import LOG_OFFSETS
 from costmodel.training.evaluation import metrics
 from costmodel.training.evaluation.outside import CALIBRATION_KEY, speed_scale, stored_calibration
 from costmodel.training.fitting.fit import features_frame, select_rows
-from costmodel.training.measure.calibrate import APPLIED_FACTOR, MODEL_RATIO, ROUNDS, model_ratio_scale
+from costmodel.training.measure.calibrate import MODEL_RATIO, ROUNDS, applied, model_ratio_scale
 
 PROGRAMS_FILE = Path(__file__).with_name("outside_programs.py")
 TRAINING_ROWS = Path(__file__).resolve().parents[2] / "training/data/cpu/rows.parquet"
@@ -78,7 +78,7 @@ def reference_here(out: Path, rows, target: str) -> tuple[float, str]:
 
 def model_ratio_before(out: Path, artifact) -> float | None:
     """The factor `costmodel calibrate` applies from the calibration before the programs
-    (the model ratio times its `APPLIED_FACTOR`): the record's own ratio where `artifact`
+    (the model ratio, `applied`): the record's own ratio where `artifact`
     wrote it, else recomputed from the set's seconds there and the model's predictions of
     the set from its training rows' features (the same features)."""
     record = json.loads((out / CALIBRATION_BEFORE).read_text())
@@ -88,7 +88,7 @@ def model_ratio_before(out: Path, artifact) -> float | None:
 
         here = {name: p["here"] for name, p in record["programs"].items()}
         ratio = model_ratio_scale(here, set_predictions(artifact))
-    return ratio and float(ratio) * APPLIED_FACTOR[MODEL_RATIO]
+    return ratio and applied(MODEL_RATIO, ratio)
 
 
 def scores(predicted: np.ndarray, measured: np.ndarray, lo: np.ndarray | None = None,

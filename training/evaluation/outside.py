@@ -20,8 +20,8 @@ from costmodel.features.schema import OLDEST_READ, with_added
 from costmodel.models.predictor import LOG_OFFSETS
 
 from ..measure.calibrate import (
-    APPLIED_FACTOR,
     MODEL_RATIO,
+    applied,
     model_ratio_scale,
     predicted_set,
     reference_speed_scale,
@@ -89,12 +89,12 @@ CALIBRATION_KEY = "calibration_before"
 def run_scale(artifact, data: dict) -> float:
     """The factor `costmodel calibrate` applies for `artifact` on the machine of a stored
     bench run: the model ratio (the calibration set's seconds there over `artifact`'s
-    predictions of it, times its `APPLIED_FACTOR`) where the run keeps the calibration
+    predictions of it, `applied` as calibrating applies it) where the run keeps the calibration
     taken before its programs, else the reference speed (`speed_scale`; the library and
     unseen benches kept only the reference program's time)."""
     calibration = data.get(CALIBRATION_KEY)
     ratio = calibration and model_ratio_scale(calibration, predicted_set(calibration, artifact))
-    return ratio * APPLIED_FACTOR[MODEL_RATIO] if ratio else speed_scale(artifact, data["reference_s"])
+    return applied(MODEL_RATIO, ratio) if ratio else speed_scale(artifact, data["reference_s"])
 
 
 def speed_scale(artifact, reference_seconds: float) -> float:

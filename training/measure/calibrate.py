@@ -260,12 +260,17 @@ def candidates(here: Mapping[str, dict], training: Mapping[str, dict], manifest:
         reference[0]["compile_seconds"] / reference[1]["compile_seconds"]}
 
 
+def applied(way: str, value: float) -> float:
+    """What predictions are scaled by when `way` gives `value`: times its `APPLIED_FACTOR`."""
+    return float(value) * APPLIED_FACTOR.get(way, 1.0)
+
+
 def choose_scale(ways: Mapping[str, float | None]) -> tuple[float, str]:
     """The factor predictions apply and which way it comes from: the first of `PREFERENCE`
-    this calibration has, times its `APPLIED_FACTOR`."""
+    this calibration has, `applied`."""
     for way in PREFERENCE:
         if ways.get(way):
-            return float(ways[way]) * APPLIED_FACTOR.get(way, 1.0), way
+            return applied(way, ways[way]), way
     raise ValueError("no way of calibrating applies: " + ", ".join(map(str, ways)))
 
 
