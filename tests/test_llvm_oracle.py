@@ -60,6 +60,9 @@ def test_llvm_instructions_explain_the_outside_suites_where_hlo_counts_do_not(or
         assert got[hlo_count]["median_fold"] > 1.24
     assert got["model + llvm_optimized"]["p90_fold"] == pytest.approx(1.471, abs=0.01)
     assert got["model"]["p90_fold"] / got["model + llvm_optimized"]["p90_fold"] > 1.10
+    # the size law over XLA's kernels (not LLVM's output) predicts as well
+    assert got["kernel_law"]["median_fold"] == pytest.approx(1.189, abs=0.002)
+    assert got["kernel_law"]["p90_fold"] == pytest.approx(1.470, abs=0.01)
     assert got == STORED["fits"]
 
 
@@ -68,6 +71,10 @@ def test_llvm_size_is_a_cost_per_kernel_plus_ops_by_their_kernels_elements(oracl
     more than 64 elements, give each program's total within a median 1.20x (a flat cost
     per fused op: 1.65x)."""
     law = oracle.kernel_law(RUNS)
+    kernels = json.loads((ROOT / "bench/data" / RUNS[0] / "llvm_counts.json").read_text())[0]
+    # brax's vmapped step: 44.1k instructions, the law over its kernels 36.8k
+    assert kernels["llvm_optimized"] == 44091
+    assert oracle.law_instructions(kernels["kernel_rows"], law) == pytest.approx(36800, abs=50)
     assert law["programs"] == 146
     assert law["per_kernel"] == pytest.approx(145.6, abs=0.5)
     assert law["per_op_by_elements"]["64-512"] == pytest.approx(5.43, abs=0.05)

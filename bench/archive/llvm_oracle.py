@@ -16,9 +16,10 @@ from the same lowering's StableHLO, the emulator's fusions and fused ops. It wri
 `score` fits log measured seconds on one log count at a time (and beside the model's log
 prediction), one intercept per run and a common slope, each program left out in turn,
 and prints the median and 90th percentile fold; the model's own prediction is fitted the
-same way, so calibration does not enter; then fits the dumps' kernels' optimized LLVM
+same way, so calibration does not enter. It first fits the dumps' kernels' optimized LLVM
 instructions as a cost per kernel plus a cost per fused op by the kernel's output
-elements (`kernel_law`). Compiles nothing.
+elements (`kernel_law`), and scores that law's total over XLA's kernels as one more count.
+Compiles nothing.
 """
 
 from __future__ import annotations
@@ -163,7 +164,8 @@ def score(runs: list[str]) -> dict:
     from costmodel.training.evaluation.outside import stored_inputs
 
     artifact = load_default("cpu")
-    frame = {name: [] for name in ("run", "measured", "model", *COUNTS)}
+    law = kernel_law(runs)
+    frame = {name: [] for name in ("run", "measured", "model", *COUNTS, "kernel_law")}
     for run in runs:
         data = json.loads((ROOT / "bench/results" / f"{run}.json").read_text())
         counts = {row["program"]: row for row in json.loads(
@@ -179,10 +181,12 @@ def score(runs: list[str]) -> dict:
             for name in COUNTS:
                 frame[name].append(inputs[i][name] if name == "hlo_ops_inlined"
                                    else counts[row["program"]][name])
+            frame["kernel_law"].append(law_instructions(counts[row["program"]]["kernel_rows"], law))
     frame = {name: np.array(values) for name, values in frame.items()}
     y, groups = np.log(frame["measured"]), frame["run"]
-    out = {"programs": int(len(y)), "runs": runs, "model": artifact.version, "fits": {}}
-    for label, columns in [("model", ["model"])] + [(c, [c]) for c in COUNTS] + [
+    out = {"programs": int(len(y)), "runs": runs, "model": artifact.version, "fits": {},
+           "kernel_law": law}
+    for label, columns in [("model", ["model"])] + [(c, [c]) for c in (*COUNTS, "kernel_law")] + [
             (f"model + {c}", ["model", c]) for c in ("kernels", "llvm_optimized")]:
         folds = np.exp(loo_folds(y, [np.log(frame[c]) for c in columns], groups))
         by_run = {run: float(np.median(folds[groups == run])) for run in runs}
@@ -198,6 +202,21 @@ def score(runs: list[str]) -> dict:
     return out
 
 
+def law_design(ops: np.ndarray, elements: np.ndarray) -> np.ndarray:
+    """Per kernel: 1, then its fused ops in the column of its output elements' bin."""
+    bins = np.digitize(elements, ELEMENT_BINS[1:-1], right=True)
+    return np.column_stack([np.ones(len(ops))] + [ops * (bins == b)
+                                                  for b in range(len(ELEMENT_BINS) - 1)])
+
+
+def law_instructions(kernel_rows: list, law: dict) -> float:
+    """A program's LLVM instructions as `law` (`kernel_law`'s fit) puts them, from its
+    kernels' fused ops and output elements."""
+    ops, elements, _ = np.array(kernel_rows, float).reshape(-1, 3).T
+    coef = np.r_[law["per_kernel"], list(law["per_op_by_elements"].values())]
+    return float((law_design(ops, elements) @ coef).sum())
+
+
 def kernel_law(runs: list[str]) -> dict:
     """A program's optimized LLVM instructions as a cost per kernel plus a cost per fused op
     by its kernel's output elements (`ELEMENT_BINS`), fitted by least squares over every
@@ -210,9 +229,7 @@ def kernel_law(runs: list[str]) -> dict:
             kernels += program["kernel_rows"]
             programs += [(run, index)] * len(program["kernel_rows"])
     ops, elements, instructions = np.array(kernels, float).T
-    bins = np.digitize(elements, ELEMENT_BINS[1:-1], right=True)
-    design = np.column_stack([np.ones(len(ops))] + [ops * (bins == b)
-                                                    for b in range(len(ELEMENT_BINS) - 1)])
+    design = law_design(ops, elements)
     coef = np.linalg.lstsq(design, instructions, rcond=None)[0]
     owner = np.unique(np.array([f"{r}/{i}" for r, i in programs]), return_inverse=True)[1]
     total = np.bincount(owner, instructions)
@@ -244,7 +261,6 @@ def main() -> None:
         dump(args.run, args.programs, args.keep)
         return
     out = score(args.runs)
-    out["kernel_law"] = kernel_law(args.runs)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1) + "\n")
 
