@@ -2,7 +2,7 @@
 explain the outside suites' compile times better than the CPU model? An oracle: what the
 fusion emulator could give at best if it matched XLA:CPU one level further down.
 
-    python bench/archive/llvm_oracle.py dump --run outside_libraries_b1 --programs outside_programs_b1
+    python bench/archive/llvm_oracle.py dump --run outside_libraries_b1 --programs outside_programs_b1 [--keep DIR]
     python bench/archive/llvm_oracle.py score --runs outside_libraries_b1 outside_libraries_c [--json OUT]
 
 `dump` compiles each ok program of a stored outside run once, in a fresh process with
@@ -160,6 +160,8 @@ def loo_folds(y: np.ndarray, columns: list[np.ndarray], runs: np.ndarray) -> np.
 
 
 def score(runs: list[str]) -> dict:
+    """Each count's leave-one-out fit of the runs' measured seconds (see the module's
+    docstring), the size law, and the emulator's fused ops over XLA's per run."""
     from costmodel.models import load_default
     from costmodel.training.evaluation.outside import stored_inputs
 
