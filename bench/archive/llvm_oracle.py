@@ -2,10 +2,12 @@
 explain the outside suites' compile times better than the CPU model? An oracle: what the
 fusion emulator could give at best if it matched XLA:CPU one level further down.
 
-    python bench/archive/llvm_oracle.py dump --run outside_libraries_b1 --programs outside_programs_b1 [--keep DIR]
-    python bench/archive/llvm_oracle.py score --runs outside_libraries_b1 outside_libraries_c [--json OUT]
+    python bench/archive/llvm_oracle.py dump --run RUN --programs MODULE [--keep DIR]
+    python bench/archive/llvm_oracle.py score --runs RUN [RUN ...] [--json OUT]
 
-`dump` compiles each ok program of a stored outside run once, in a fresh process with
+RUN is a stored outside run (`bench/data/<RUN>`, e.g. outside_libraries_b1) and MODULE the
+module that registers its programs (e.g. outside_programs_b1). `dump` compiles each ok
+program of the run once, in a fresh process with
 `--xla_dump_to` (not timed; the run's own timings are the truth), and counts in the
 entry module's dump: XLA:CPU's compiled kernels (one LLVM module per distinct kernel),
 their LLVM instructions before and after LLVM's optimization, the optimized HLO's
