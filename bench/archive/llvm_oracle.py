@@ -20,8 +20,9 @@ prediction), one intercept per run and a common slope, each program left out in 
 and prints the median and 90th percentile fold; the model's own prediction is fitted the
 same way, so calibration does not enter. It first fits the dumps' kernels' optimized LLVM
 instructions as a cost per kernel plus a cost per fused op by the kernel's output
-elements (`kernel_law`), and scores that law's total over XLA's kernels as one more count.
-Compiles nothing.
+elements (`kernel_law`), and scores that law's total over XLA's kernels as one more count;
+with `dump --run llvm_corpus --programs costmodel.training.corpus` done, the same counts on
+corpus programs (`corpus_fit`). Compiles nothing.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ OP = re.compile(r"= \S+ ([a-z\-]+)\(")  # an instruction's opcode in HLO text
 FUSION = re.compile(r"%(\S+) = \w+\[([\d,]*)\]\S* fusion\(.*?calls=%([^,\s]+)")
 # output elements of a kernel at which its optimized LLVM instructions per op change
 ELEMENT_BINS = (0, 1, 4, 64, 512, 1024, np.inf)
+# `dump --run llvm_corpus --programs costmodel.training.corpus`: the corpus's largest
+# program of each family compiled in this many seconds or less
+CORPUS, CORPUS_MOST_SECONDS = "llvm_corpus", 10.0
 COUNTS = ("kernels", "llvm_optimized", "llvm_emitted", "hlo_instructions", "xla_fused_ops",
           "emulated_fused_ops", "hlo_ops_inlined")
 
@@ -56,9 +60,11 @@ import json, sys
 sys.path[:0] = {paths}
 import jax, importlib
 importlib.import_module({module!r})
-from costmodel.training.corpus.registry import build
+from costmodel.training.corpus.registry import get_family
 jax.config.update("jax_enable_compilation_cache", False)
-fn, args = build({family!r}, json.loads({params!r}))
+family = get_family({family!r})
+jax.config.update("jax_enable_x64", bool(family.x64))
+fn, args = family.build(**json.loads({params!r}))
 lowered = jax.jit(fn).lower(*args)
 open({mlir!r}, "w").write(lowered.as_text())
 lowered.compile()
@@ -120,14 +126,31 @@ def counts_of(folder: str, mlir: str) -> dict:
             "emulated_fusions": len(emulated), "emulated_fused_ops": int(sum(emulated))}
 
 
-def dump(run: str, programs: str, keep: Path | None = None) -> None:
+def corpus_sample(most_seconds: float = CORPUS_MOST_SECONDS) -> list[tuple[str, str]]:
+    """(family, params) of the CPU corpus's largest row of each family that compiled in
+    `most_seconds` or less."""
     from costmodel.training.store import dataset
 
-    measured = dataset.load(ROOT / "bench/data" / run)
-    measured = measured[measured["status"] == "ok"]
+    rows = dataset.load(ROOT / "training/data/cpu/rows.parquet")
+    rows = rows[(rows["status"] == "ok") & (rows["compile_seconds"] <= most_seconds)]
+    chosen = rows.sort_values("compile_seconds").groupby("family").tail(1)
+    return list(zip(chosen["family"], chosen["params"]))
+
+
+def dump(run: str, programs: str, keep: Path | None = None) -> None:
+    """Counts of every ok program of the stored run `run` (or of `corpus_sample()` when
+    `run` is `CORPUS`), written to `bench/data/<run>/llvm_counts.json`."""
+    from costmodel.training.store import dataset
+
+    if run == CORPUS:
+        pairs = corpus_sample()
+    else:
+        measured = dataset.load(ROOT / "bench/data" / run)
+        measured = measured[measured["status"] == "ok"]
+        pairs = list(zip(measured["family"], measured["params"]))
     paths = [str(ROOT), str(ROOT / "bench"), str(ROOT / "bench/evaluations")]
     found = []
-    for family, params in zip(measured["family"], measured["params"]):
+    for family, params in pairs:
         with tempfile.TemporaryDirectory(prefix="llvm-oracle-") as folder:
             mlir = f"{folder}/program.mlir"
             script = _ONE.format(paths=paths, module=programs, family=family, params=params,
@@ -145,6 +168,7 @@ def dump(run: str, programs: str, keep: Path | None = None) -> None:
                 keep.mkdir(parents=True, exist_ok=True)
                 Path(mlir).rename(keep / f"{len(found) - 1}.mlir")
     out = ROOT / "bench/data" / run / "llvm_counts.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("[\n" + ",\n".join(json.dumps(program) for program in found) + "\n]\n")
     print(f"wrote {out}")
 
@@ -251,6 +275,33 @@ def kernel_law(runs: list[str]) -> dict:
     return out
 
 
+def corpus_fit(law: dict) -> dict:
+    """On the corpus programs `dump --run llvm_corpus` counted: each count's leave-one-out
+    fit of their compile seconds (drift-normalized as training normalizes them; one
+    intercept), with `law` (fitted on the outside runs' kernels) over their XLA kernels.
+    No model enters: it was trained on these rows."""
+    from costmodel.training.fitting.fit import normalized_seconds
+    from costmodel.training.store import dataset
+
+    counts = json.loads((ROOT / "bench/data" / CORPUS / "llvm_counts.json").read_text())
+    rows = dataset.load(ROOT / "training/data/cpu/rows.parquet")
+    rows = rows[rows["status"] == "ok"].reset_index(drop=True)
+    seconds = dict(zip(rows["family"] + " " + rows["params"], normalized_seconds(rows)[0]))
+    ops = dict(zip(rows["family"] + " " + rows["params"], rows["f_hlo_ops_inlined"]))
+    y = np.log([seconds[c["program"]] for c in counts])
+    columns = {name: [c[name] for c in counts] for name in COUNTS if name != "hlo_ops_inlined"}
+    columns["hlo_ops_inlined"] = [ops[c["program"]] for c in counts]
+    columns["kernel_law"] = [law_instructions(c["kernel_rows"], law) for c in counts]
+    one = np.array(["corpus"] * len(y))
+    out = {"programs": len(y), "fits": {}}
+    for name, values in columns.items():
+        folds = np.exp(loo_folds(y, [np.log(np.maximum(values, 1.0))], one))
+        out["fits"][name] = {"median_fold": float(np.median(folds)),
+                             "p90_fold": float(np.quantile(folds, 0.9))}
+        print(f"corpus {name:24s} median {np.median(folds):.3f}  p90 {np.quantile(folds, 0.9):.3f}")
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("mode", choices=("dump", "score"))
@@ -265,6 +316,8 @@ def main() -> None:
         dump(args.run, args.programs, args.keep)
         return
     out = score(args.runs)
+    if (ROOT / "bench/data" / CORPUS / "llvm_counts.json").exists():
+        out["corpus"] = corpus_fit(out["kernel_law"])
     if args.json:
         args.json.write_text(json.dumps(out, indent=1) + "\n")
 
