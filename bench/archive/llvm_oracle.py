@@ -40,9 +40,9 @@ from pathlib import Path
 
 import _rooms  # noqa: F401  (the other benches' folders on sys.path)
 import numpy as np
+from fusion_sizes_vs_xla import FREE_OPS
 
 ROOT = Path(__file__).resolve().parents[2]
-FREE_OPS = ("parameter", "constant", "bitcast")
 OP = re.compile(r"= \S+ ([a-z\-]+)\(")  # an instruction's opcode in HLO text
 # a fusion instruction: its name, its result's dimensions, the computation it calls
 FUSION = re.compile(r"%(\S+) = \w+\[([\d,]*)\]\S* fusion\(.*?calls=%([^,\s]+)")
@@ -92,10 +92,10 @@ def xla_fused_ops(hlo_text: str) -> tuple[int, int]:
 def kernel_rows(stem: str, hlo: str) -> list[list[int]]:
     """`[fused ops, output elements, optimized LLVM instructions]` of each kernel of a
     dumped module whose fusion instruction the optimized HLO names."""
-    fused = {}
-    for block in re.split(r"\n(?=%\S+ \(|ENTRY )", hlo):
-        ops = OP.findall(block)
-        fused[block.split(" ", 1)[0].lstrip("%")] = sum(op not in FREE_OPS for op in ops)
+    from distinct_kernels import computations
+
+    fused = {name.lstrip("%"): sum(op not in FREE_OPS for line in body for op in OP.findall(line))
+             for name, body in computations(hlo).items()}
     fusions = {name: (dims, computation) for name, dims, computation in FUSION.findall(hlo)}
     rows = []
     for path in glob.glob(f"{stem}.*_kernel_module.ir-with-opt.ll"):

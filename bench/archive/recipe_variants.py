@@ -19,7 +19,9 @@ import argparse
 import json
 from pathlib import Path
 
+import _rooms  # noqa: F401  (the other benches' folders on sys.path)
 import numpy as np
+from outside_ceiling import with_count
 
 from costmodel.training.evaluation.outside import CALIBRATION_KEY as CALIBRATION
 from costmodel.training.evaluation.outside import current_results, stored_inputs
@@ -35,11 +37,6 @@ from costmodel.training.store import dataset
 
 ROOT = Path(__file__).resolve().parents[2]
 
-
-
-def with_fft(inputs: dict) -> dict:
-    """Inputs stored before schema 18 lack the transform inputs a CPU fit never reads."""
-    return {**dict.fromkeys(recipe.FFT_INPUTS, 0.0), **inputs}
 
 
 def params_of(variant: str) -> dict:
@@ -71,11 +68,11 @@ def score(predictor, runs: dict[str, dict]) -> dict:
     """Pooled and per-run figures of one predictor on the stored runs."""
     errors, shapes, inside, by_run = [], [], [], {}
     for name, data in runs.items():
-        calibration = {program: {**figures, "model_inputs": with_fft(figures["model_inputs"])}
+        calibration = {program: {**figures, "model_inputs": with_count(figures["model_inputs"])}
                        for program, figures in data[CALIBRATION].items()}
         scale = applied(MODEL_RATIO, model_ratio_scale(
             calibration, predicted_set(calibration, predictor)))
-        out = predictor.predict([with_fft(x) for x in stored_inputs(data)])["compile_seconds"]
+        out = predictor.predict([with_count(x) for x in stored_inputs(data)])["compile_seconds"]
         measured = np.array([row["measured_s"] for row in data["results"]])
         error = np.log(measured / (out["point"] * scale))
         errors += list(error)
