@@ -67,6 +67,24 @@ def test_dots_with_a_vector_operand_fuse_and_matrix_products_do_not(rules):
     assert _sizes(rules, mm, ["dots"]) == _sizes(rules, mm, [])
 
 
+def test_shared_materializes_a_divide_read_by_several_steps(rules):
+    """Four steps of `e = (a * b + c) / (1 - d * a)` with `a, b, c, d = b, c, d, e`: each
+    divide is read by later steps. XLA:CPU (jax 0.10.2, compiled with a dump this session)
+    makes 3 fusions of 23 ops, materializing the divides read twice; the shipped emulator
+    one fusion of 21 ops; with `shared`, XLA's 3 and 23."""
+    def chain(a, b, c, d):
+        for _ in range(4):
+            e = (a * b + c) / (1 - d * a)
+            a, b, c, d = b, c, d, e
+        return e
+
+    text = _text(chain, *[(16, 501)] * 4)
+    shipped, _ = rules.program(text, set())
+    shared, _ = rules.program(text, {"shared"})
+    assert (len(shipped), sum(ops for ops, _, _ in shipped)) == (1, 21)
+    assert (len(shared), sum(ops for ops, _, _ in shared)) == (3, 23)
+
+
 def test_unknown_rules_are_named(rules):
     with pytest.raises(ValueError, match="unknown rules"):
         rules.program(_text(jnp.sin, (4,)), {"fuse_everything"})
@@ -76,13 +94,13 @@ def test_no_rule_brings_the_emulator_near_what_xla_kernels_give():
     """Stored scores (146 programs of six outside suites, one intercept per suite, each
     left out): XLA's own kernel count beside the model takes the p90 from 1.67 to 1.56;
     no rule or pair of rules moves the emulator's fit beside the model off 1.22-1.26
-    median, nor its kernels nearer XLA's than a median 1.16-1.18x."""
+    median, nor its kernels nearer XLA's than a median 1.16-1.19x."""
     stored = json.loads(STORED.read_text())
     fits = stored["fits"]
     assert fits["model"]["median_fold"] == pytest.approx(1.234, abs=0.002)
     assert fits["model + xla kernels"]["p90_fold"] == pytest.approx(1.558, abs=0.01)
-    assert len(stored["variants"]) == 8
+    assert len(stored["variants"]) == 10
     for variant in stored["variants"].values():
         assert 1.21 < variant["fits"]["model + law"]["median_fold"] < 1.26
         assert variant["fits"]["model + law"]["p90_fold"] > 1.64
-        assert 1.15 < variant["kernels_vs_xla"][0] < 1.19
+        assert 1.15 < variant["kernels_vs_xla"][0] < 1.20

@@ -46,6 +46,8 @@ RULES = {
     "dots": "a dot one of whose operands has only batch and contracting dimensions is a "
             "fusible multiply-and-reduce (the simplifier's dot strength reduction)",
     "wired": "two fusions are one kernel only if their ops also read the same kinds of ops",
+    "shared": "an op XLA will not duplicate that has several users is materialized even "
+              "when they all sit in one fusion",
 }
 # ops that stay kernels of their own when they do not fuse
 KERNEL_OPS = frozenset({"reduce", "scatter", "gather", "sort", "reduce_window",
@@ -125,6 +127,12 @@ def rules(chosen: set[str], found: set):
         group_edits.append((
             "        if single_use and (len(users) > 1",
             "        if not cheap and users and not users.isdisjoint(self._reusing):\n"
+            "            targets = {new_fusion()}\n"
+            "        elif single_use and (len(users) > 1"))
+    if "shared" in chosen:
+        group_edits.append((
+            "        if single_use and (len(users) > 1",
+            "        if not cheap and len(users) > 1:\n"
             "            targets = {new_fusion()}\n"
             "        elif single_use and (len(users) > 1"))
     if "dup15" in chosen:
@@ -293,7 +301,8 @@ def main() -> None:
     parser.add_argument("--mlir", type=Path, required=True)
     parser.add_argument("--variants", nargs="+", default=[
         "", "regions", "regions,reduce,gather", "regions,reduce,gather,reuse",
-        "regions,dup15", "regions,reduce,gather,dup15", "regions,dots", "wired"])
+        "regions,dup15", "regions,reduce,gather,dup15", "regions,dots", "wired", "shared",
+        "regions,shared"])
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     out = score(args.mlir, args.variants)
