@@ -69,28 +69,17 @@ def _rewritten(function, edits: list[tuple[str, str]], names: dict):
     return namespace[function.__name__]
 
 
-def _dot_dimensions(op) -> tuple[list, list, list, list] | None:
-    if "dot_dimension_numbers" not in op.attributes:
-        return None
-    text = str(op.attributes["dot_dimension_numbers"])
-
-    def listed(key: str) -> list[int]:
-        found = re.search(key + r" = \[([\d, ]*)\]", text)
-        return [int(d) for d in re.findall(r"\d+", found[1])] if found else []
-
-    return tuple(listed(f"{side}_{what}_dimensions") for what in ("batching", "contracting")
-                 for side in ("lhs", "rhs"))
-
-
 def vector_like(op) -> bool:
     """Whether one of a dot's operands has only batch and contracting dimensions."""
+    from costmodel.features.stablehlo.contractions import _dot_dims
+
     ranks = [value.type.rank for value in list(op.operands)[:2]]
-    dims = _dot_dimensions(op)
-    if dims is None:  # stablehlo.dot
+    if "dot_dimension_numbers" not in op.attributes:  # stablehlo.dot
         return min(ranks) <= 1
-    lhs_batch, rhs_batch, lhs_contracting, rhs_contracting = dims
-    return (len(lhs_batch) + len(lhs_contracting) == ranks[0]
-            or len(rhs_batch) + len(rhs_contracting) == ranks[1])
+    dims = _dot_dims(op)
+    return any(len(dims.get(f"{side}_batching_dimensions", []))
+               + len(dims.get(f"{side}_contracting_dimensions", [])) == rank
+               for side, rank in zip(("lhs", "rhs"), ranks))
 
 
 @contextlib.contextmanager
@@ -107,78 +96,79 @@ def rules(chosen: set[str], found: set):
     saved = [(fusion, "FUSIBLE_HLO"), (kinds, "FUSIBLE_HLO"), (fusion, "UNDUPLICATED_HLO"),
              (fusion.Fusions, "groups"), (fusion.Fusions, "visit"), (walk.Walker, "_block")]
     before = [getattr(owner, name) for owner, name in saved]
-    fusion._FLAGS.clear()
-    fused = {name for name in ("reduce", "gather") if name in chosen}
-    fusion.FUSIBLE_HLO = kinds.FUSIBLE_HLO = categories.FUSIBLE_HLO | fused
-    fusion.UNDUPLICATED_HLO = categories.UNDUPLICATED_HLO | fused | (
-        {"dot_general"} if "dots" in chosen else set())
+    try:  # restored even when an edit no longer applies
+        fusion._FLAGS.clear()
+        fused = {name for name in ("reduce", "gather") if name in chosen}
+        fusion.FUSIBLE_HLO = kinds.FUSIBLE_HLO = categories.FUSIBLE_HLO | fused
+        fusion.UNDUPLICATED_HLO = categories.UNDUPLICATED_HLO | fused | (
+            {"dot_general"} if "dots" in chosen else set())
 
-    group_edits = [
-        ("groups.append([0, 0.0, 0, [], set()])", "groups.append([0, 0.0, 0, [], set(), []])"),
-        ("            group[3].append(signature)\n",
-         "            group[3].append(signature if not WIRED else (signature, tuple(sorted("
-         "signatures.get(p, '') if isinstance(p, int) else '' for p in fusible[position][5]))))\n"
-         "            group[5].append(position)\n"),
-        ("    return [(*group[:3], hash(tuple(sorted(group[3]))), len(group[4]))",
-         "    return [(*group[:3], hash(tuple(sorted(map(str, group[3])))), len(group[4]), "
-         "signatures.get(group[5][0], ''))"),
-    ]
-    if "reuse" in chosen:
-        group_edits.append((
-            "        if single_use and (len(users) > 1",
-            "        if not cheap and users and not users.isdisjoint(self._reusing):\n"
-            "            targets = {new_fusion()}\n"
-            "        elif single_use and (len(users) > 1"))
-    if "shared" in chosen:
-        group_edits.append((
-            "        if single_use and (len(users) > 1",
-            "        if not cheap and len(users) > 1:\n"
-            "            targets = {new_fusion()}\n"
-            "        elif single_use and (len(users) > 1"))
-    if "dup15" in chosen:
-        group_edits += [
-            ("    fusion_of: dict = {}\n", "    fusion_of: dict = {}\n    evaluated: dict = {}\n"),
-            ("        fusion_of[position] = targets\n",
-             "        targets = LIMITED(self, position, users, targets, fusion_of, evaluated, "
-             "new_fusion)\n        fusion_of[position] = targets\n")]
-    fusion.Fusions.groups = _rewritten(before[3], group_edits,
-                                       {"WIRED": "wired" in chosen, "LIMITED": _limited})
-    original_visit = before[4]
+        group_edits = [
+            ("groups.append([0, 0.0, 0, [], set()])", "groups.append([0, 0.0, 0, [], set(), []])"),
+            ("            group[3].append(signature)\n",
+             "            group[3].append(signature if not WIRED else (signature, tuple(sorted("
+             "signatures.get(p, '') if isinstance(p, int) else '' for p in fusible[position][5]))))\n"
+             "            group[5].append(position)\n"),
+            ("    return [(*group[:3], hash(tuple(sorted(group[3]))), len(group[4]))",
+             "    return [(*group[:3], hash(tuple(sorted(map(str, group[3])))), len(group[4]), "
+             "signatures.get(group[5][0], ''))"),
+        ]
+        if "reuse" in chosen:
+            group_edits.append((
+                "        if single_use and (len(users) > 1",
+                "        if not cheap and users and not users.isdisjoint(self._reusing):\n"
+                "            targets = {new_fusion()}\n"
+                "        elif single_use and (len(users) > 1"))
+        if "shared" in chosen:
+            group_edits.append((
+                "        if single_use and (len(users) > 1",
+                "        if not cheap and len(users) > 1:\n"
+                "            targets = {new_fusion()}\n"
+                "        elif single_use and (len(users) > 1"))
+        if "dup15" in chosen:
+            group_edits += [
+                ("    fusion_of: dict = {}\n", "    fusion_of: dict = {}\n    evaluated: dict = {}\n"),
+                ("        fusion_of[position] = targets\n",
+                 "        targets = LIMITED(self, position, users, targets, fusion_of, evaluated, "
+                 "new_fusion)\n        fusion_of[position] = targets\n")]
+        fusion.Fusions.groups = _rewritten(before[3], group_edits,
+                                           {"WIRED": "wired" in chosen, "LIMITED": _limited})
+        original_visit = before[4]
 
-    def visit(self, operands, results, name, weight, rank, signature=None, reads=None,
-              merge=False):
-        position = len(self._rank)
-        original_visit(self, operands, results, name, weight, rank, signature, reads, merge)
-        # (a broadcast that only inserts unit dimensions weighs 0: a bitcast, no reuse)
-        if name in REUSING and weight != 0.0 and len(self._rank) > position:
-            self.__dict__.setdefault("_reusing", set()).add(position)
+        def visit(self, operands, results, name, weight, rank, signature=None, reads=None,
+                  merge=False):
+            position = len(self._rank)
+            original_visit(self, operands, results, name, weight, rank, signature, reads, merge)
+            # (a broadcast that only inserts unit dimensions weighs 0: a bitcast, no reuse)
+            if name in REUSING and weight != 0.0 and len(self._rank) > position:
+                self.__dict__.setdefault("_reusing", set()).add(position)
 
-    fusion.Fusions.visit = visit
-    fusion.Fusions._reusing = frozenset()  # until a first reusing op is visited
-    block_edits = [(
-        "                fusions.visit(operands, results, name, None, res.rank)\n",
-        "                fusions.visit(operands, results, name, None, res.rank)\n"
-        "                if name in KERNEL_OPS:\n"
-        "                    FOUND.add((name, res.texts))\n")]
-    if "regions" in chosen:
-        block_edits.append(("self._block(inner_block, tally, trips, depth, branches))",
-                            "self._block(inner_block, tally, trips, depth, branches, "
-                            "fuse=branches is not None))"))
-    if "dots" in chosen:
-        branch = '        elif dot is not None and dot[1] or name == "slice":\n'
-        block_edits.append((branch, (
-            "        elif dot is not None and VECTOR_LIKE(op):\n"
-            "            fusions.visit(operands, results, 'dot_general', 2.0, res.rank,\n"
-            "                          ('dot_general', self._attributes(op, op.attributes),\n"
-            "                           res.texts), None, False)\n") + branch))
-    walk.Walker._block = _rewritten(before[5], block_edits, {
-        "KERNEL_OPS": KERNEL_OPS, "FOUND": found, "VECTOR_LIKE": vector_like})
-    try:
+        fusion.Fusions.visit = visit
+        fusion.Fusions._reusing = frozenset()  # until a first reusing op is visited
+        block_edits = [(
+            "                fusions.visit(operands, results, name, None, res.rank)\n",
+            "                fusions.visit(operands, results, name, None, res.rank)\n"
+            "                if name in KERNEL_OPS:\n"
+            "                    FOUND.add((name, res.texts))\n")]
+        if "regions" in chosen:
+            block_edits.append(("self._block(inner_block, tally, trips, depth, branches))",
+                                "self._block(inner_block, tally, trips, depth, branches, "
+                                "fuse=branches is not None))"))
+        if "dots" in chosen:
+            branch = '        elif dot is not None and dot[1] or name == "slice":\n'
+            block_edits.append((branch, (
+                "        elif dot is not None and VECTOR_LIKE(op):\n"
+                "            fusions.visit(operands, results, 'dot_general', 2.0, res.rank,\n"
+                "                          ('dot_general', self._attributes(op, op.attributes),\n"
+                "                           res.texts), None, False)\n") + branch))
+        walk.Walker._block = _rewritten(before[5], block_edits, {
+            "KERNEL_OPS": KERNEL_OPS, "FOUND": found, "VECTOR_LIKE": vector_like})
         yield
     finally:
         for (owner, name), value in zip(saved, before):
             setattr(owner, name, value)
-        del fusion.Fusions._reusing
+        if "_reusing" in vars(fusion.Fusions):
+            del fusion.Fusions._reusing
         fusion._FLAGS.clear()
 
 
