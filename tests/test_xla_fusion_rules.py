@@ -85,6 +85,18 @@ def test_shared_materializes_a_divide_read_by_several_steps(rules):
     assert (len(shared), sum(ops for ops, _, _ in shared)) == (3, 23)
 
 
+def test_structure_tells_apart_fusions_of_the_same_ops_wired_otherwise(rules):
+    """`(a * b + c, a * (b + c))`: two fusions of one multiply and one add each. XLA:CPU
+    (dumped this session) compiles two kernels; the shipped kernel key, the ops' multiset,
+    counts one; `structure`, which keys each op by its operands' keys too, two."""
+    text = _text(lambda a, b, c: (a * b + c, a * (b + c)), (64,), (64,), (64,))
+    shipped, _ = rules.program(text, set())
+    structural, _ = rules.program(text, {"structure"})
+    assert [ops for ops, _, _ in shipped] == [2, 2]
+    assert len({kernel for *_, kernel in shipped}) == 1
+    assert len({kernel for *_, kernel in structural}) == 2
+
+
 def test_unknown_rules_are_named(rules):
     with pytest.raises(ValueError, match="unknown rules"):
         rules.program(_text(jnp.sin, (4,)), {"fuse_everything"})
@@ -99,7 +111,7 @@ def test_no_rule_brings_the_emulator_near_what_xla_kernels_give():
     fits = stored["fits"]
     assert fits["model"]["median_fold"] == pytest.approx(1.234, abs=0.002)
     assert fits["model + xla kernels"]["p90_fold"] == pytest.approx(1.558, abs=0.01)
-    assert len(stored["variants"]) == 10
+    assert len(stored["variants"]) == 12
     for variant in stored["variants"].values():
         assert 1.21 < variant["fits"]["model + law"]["median_fold"] < 1.26
         assert variant["fits"]["model + law"]["p90_fold"] > 1.64

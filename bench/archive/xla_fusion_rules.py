@@ -48,6 +48,8 @@ RULES = {
     "wired": "two fusions are one kernel only if their ops also read the same kinds of ops",
     "shared": "an op XLA will not duplicate that has several users is materialized even "
               "when they all sit in one fusion",
+    "structure": "two fusions are one kernel only if their ops read one another the same "
+                 "way: each op keyed by its signature and its operands' keys, in order",
 }
 # ops that stay kernels of their own when they do not fuse
 KERNEL_OPS = frozenset({"reduce", "scatter", "gather", "sort", "reduce_window",
@@ -110,8 +112,11 @@ def rules(chosen: set[str], found: set):
              "signatures.get(p, '') if isinstance(p, int) else '' for p in fusible[position][5]))))\n"
              "            group[5].append(position)\n"),
             ("    return [(*group[:3], hash(tuple(sorted(group[3]))), len(group[4]))",
-             "    return [(*group[:3], hash(tuple(sorted(map(str, group[3])))), len(group[4]), "
+             "    return [(*group[:3], hash(tuple(sorted(map(str, group[3])))) if not STRUCTURE "
+             "else STRUCTURAL(self, group[5], fusion, fusion_of), len(group[4]), "
              "signatures.get(group[5][0], ''))"),
+            ("            for group in groups if group[0]]",
+             "            for fusion, group in enumerate(groups) if group[0]]"),
         ]
         if "reuse" in chosen:
             group_edits.append((
@@ -132,13 +137,18 @@ def rules(chosen: set[str], found: set):
                  "        targets = LIMITED(self, position, users, targets, fusion_of, evaluated, "
                  "new_fusion)\n        fusion_of[position] = targets\n")]
         fusion.Fusions.groups = _rewritten(before[3], group_edits,
-                                           {"WIRED": "wired" in chosen, "LIMITED": _limited})
+                                           {"WIRED": "wired" in chosen, "LIMITED": _limited,
+                                            "STRUCTURE": "structure" in chosen,
+                                            "STRUCTURAL": _structural})
         original_visit = before[4]
 
         def visit(self, operands, results, name, weight, rank, signature=None, reads=None,
                   merge=False):
             position = len(self._rank)
+            producers = [self._producer.get(operand) for operand in operands]
             original_visit(self, operands, results, name, weight, rank, signature, reads, merge)
+            if len(self._rank) > position:
+                self.__dict__.setdefault("_operands", {})[position] = producers
             # (a broadcast that only inserts unit dimensions weighs 0: a bitcast, no reuse)
             if name in REUSING and weight != 0.0 and len(self._rank) > position:
                 self.__dict__.setdefault("_reusing", set()).add(position)
@@ -195,6 +205,25 @@ def _limited(fusions, position: int, users: set, targets: set, fusion_of: dict,
     for target, value in found.items():
         evaluated[position, target] = value
     return targets
+
+
+def _structural(fusions, positions: list, fusion: int, fusion_of: dict) -> int:
+    """A fusion's kernel key from its ops read as a graph: each op's key is its signature
+    and its operands' keys in order, an operand from outside the fusion keyed by what
+    produced it (its signature, or its rank when it does not fuse)."""
+    signatures, operands = fusions._signature, getattr(fusions, "_operands", {})
+    keys: dict = {}
+    for position in sorted(positions):
+        parts = []
+        for producer in operands.get(position, ()):
+            if producer is None:
+                parts.append("argument")
+            elif fusion in fusion_of.get(producer, ()):
+                parts.append(keys.get(producer, ""))
+            else:
+                parts.append(("input", signatures.get(producer, fusions._rank[producer])))
+        keys[position] = hash((signatures.get(position, ""), tuple(parts)))
+    return hash(tuple(sorted(keys.values())))
 
 
 def elements(type_text: str) -> int:
@@ -292,7 +321,7 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=[
         "", "regions", "regions,reduce,gather", "regions,reduce,gather,reuse",
         "regions,dup15", "regions,reduce,gather,dup15", "regions,dots", "wired", "shared",
-        "regions,shared"])
+        "regions,shared", "structure", "regions,reduce,gather,reuse,structure"])
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     out = score(args.mlir, args.variants)
