@@ -50,6 +50,8 @@ RULES = {
               "when they all sit in one fusion",
     "structure": "two fusions are one kernel only if their ops read one another the same "
                  "way: each op keyed by its signature and its operands' keys, in order",
+    "same": "a select of one value on both sides is that value (XLA's simplifier), and what "
+            "only such selects read is dead",
 }
 # ops that stay kernels of their own when they do not fuse
 KERNEL_OPS = frozenset({"reduce", "scatter", "gather", "sort", "reduce_window",
@@ -124,6 +126,11 @@ def rules(chosen: set[str], found: set):
                 "        if not cheap and users and not users.isdisjoint(self._reusing):\n"
                 "            targets = {new_fusion()}\n"
                 "        elif single_use and (len(users) > 1"))
+        if "same" in chosen:
+            group_edits.append((
+                "        if not users and (position in self._bypassed or every_user):",
+                "        if not users and (position in self._bypassed or every_user\n"
+                "                          or position in getattr(self, '_maybe_dead', ())):"))
         if "shared" in chosen:
             group_edits.append((
                 "        if single_use and (len(users) > 1",
@@ -160,6 +167,15 @@ def rules(chosen: set[str], found: set):
             "                fusions.visit(operands, results, name, None, res.rank)\n"
             "                if name in KERNEL_OPS:\n"
             "                    FOUND.add((name, res.texts))\n")]
+        if "same" in chosen:
+            block_edits.append((
+                "        if fusions is None:\n",
+                "        if fusions is not None and name == 'select' and len(operands) == 3 \\\n"
+                "                and operands[1] == operands[2]:\n"
+                "            ids[value] = operands[1]\n"
+                "            fusions.__dict__.setdefault('_maybe_dead', set()).add(\n"
+                "                fusions._producer.get(operands[0]))\n"
+                "        elif fusions is None:\n"))
         if "regions" in chosen:
             block_edits.append(("self._block(inner_block, tally, trips, depth, branches))",
                                 "self._block(inner_block, tally, trips, depth, branches, "
@@ -321,7 +337,8 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=[
         "", "regions", "regions,reduce,gather", "regions,reduce,gather,reuse",
         "regions,dup15", "regions,reduce,gather,dup15", "regions,dots", "wired", "shared",
-        "regions,shared", "structure", "regions,reduce,gather,reuse,structure"])
+        "regions,shared", "structure", "regions,reduce,gather,reuse,structure", "same",
+        "regions,same", "regions,reduce,gather,reuse,same"])
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     out = score(args.mlir, args.variants)
