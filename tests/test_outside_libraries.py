@@ -57,9 +57,9 @@ def test_the_power_law_is_fitted_without_the_program_it_predicts(bench):
 
 
 def test_the_model_beats_the_power_law_on_libraries_it_never_saw(report):
-    """The README's claim for the first set: calibrated as a user would, the median fold is
-    under that of an op-count power law fitted on these very programs (exact figures:
-    `tests/model_figures.json`)."""
+    """The accuracy table's claim for the first set (`docs/accuracy.md`): calibrated as a
+    user would, the median fold is under that of an op-count power law fitted on these
+    very programs (exact figures: `tests/model_figures.json`)."""
     time = report["compile_seconds"]
     assert time["calibrated"]["median_fold"] < time["power_law_leave_one_out"]["median_fold"]
     assert time["calibrated"]["max_fold"] < 2.5
@@ -67,7 +67,7 @@ def test_the_model_beats_the_power_law_on_libraries_it_never_saw(report):
 
 def test_the_h100_model_misses_the_unrolled_ppo_update_most(bench):
     """Deviceless for the H100, XLA:GPU's fusion pass dominates a Python-unrolled PPO
-    update: measured over 200 s, predicted a tenth of that (the README's weak spot)."""
+    update: measured over 200 s, predicted a tenth of that (a weak spot in `docs/accuracy.md`)."""
     report = bench.score(H100_RUN, "h100")
     assert report["programs"] == 40 and report["machine"]["cpu_model"] == "AMD EPYC"
     worst = max(report["rows"], key=lambda row: row["fold"])

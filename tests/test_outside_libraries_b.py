@@ -36,7 +36,7 @@ def test_the_second_set_uses_only_libraries_nothing_else_here_uses(reports):
 
 
 def test_simulators_lose_to_the_power_law_and_numerical_libraries_do_not(reports):
-    """The README's weak spot: on the simulators and RL environments an op-count power law
+    """A weak spot in `docs/accuracy.md`: on the simulators and RL environments an op-count power law
     fitted on those very programs beats the model; on the numerical libraries the model
     wins (exact figures: `tests/model_figures.json`)."""
     b1, b2 = (reports[n]["compile_seconds"] for n in RUNS)

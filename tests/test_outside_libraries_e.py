@@ -49,7 +49,7 @@ def test_compile_time_holds_but_for_one_giant_complex_fusion(reports):
     inside every compile-time bar (median 1.10, p90 1.29, all covered); the first part's
     median 1.21 and p90 2.08, carried by sax's Mach-Zehnder lattice swept over wavelengths
     and heater settings, one fusion of 14099 ops of complex S-parameter arithmetic: 28.2 s
-    measured, 2.3 s predicted (README's "one giant fusion of complex elementwise math")."""
+    measured, 2.3 s predicted (`docs/accuracy.md`'s "one giant fusion of complex elementwise math")."""
     first, second = (reports[n]["compile_seconds"]["calibrated"] for n in RUNS)
     assert second["median_fold"] == pytest.approx(1.099, abs=1e-3)
     assert second["p90_fold"] == pytest.approx(1.290, abs=1e-3) and second["coverage_90"] == 1.0

@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dask", default=None,
                    help="dask.distributed scheduler address; each worker must run one "
                         "compile at a time (one thread or `--resources compile=1`), GPU "
-                        "backends go to workers declaring `gpu=1` (README, Sweeps on a "
+                        "backends go to workers declaring `gpu=1` (docs/measurement.md, Sweeps on a "
                         "cluster)")
     p.add_argument("--allow-concurrent", action="store_true",
                    help="with --dask, measure on workers that run several compiles at "
