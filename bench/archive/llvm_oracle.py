@@ -271,7 +271,6 @@ def kernel_law(runs: list[str]) -> dict:
                                   zip(ELEMENT_BINS[:-1], ELEMENT_BINS[1:], coef[1:])},
            **{f"{name}_median_fold": float(np.median(f)) for name, f in folds.items()},
            **{f"{name}_max_fold": float(f.max()) for name, f in folds.items()}}
-    print(json.dumps(out, indent=1))
     return out
 
 
@@ -316,6 +315,7 @@ def main() -> None:
         dump(args.run, args.programs, args.keep)
         return
     out = score(args.runs)
+    print(json.dumps(out["kernel_law"], indent=1))
     if (ROOT / "bench/data" / CORPUS / "llvm_counts.json").exists():
         out["corpus"] = corpus_fit(out["kernel_law"])
     if args.json:

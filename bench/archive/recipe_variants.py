@@ -38,7 +38,6 @@ from costmodel.training.store import dataset
 ROOT = Path(__file__).resolve().parents[2]
 
 
-
 def params_of(variant: str) -> dict:
     """`train` keywords of one variant's text (see the module's docstring)."""
     kind, _, names = variant.rpartition(":")

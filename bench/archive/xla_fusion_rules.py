@@ -269,8 +269,6 @@ def score(mlir: Path, variants: list[str], runs=RUNS) -> dict:
 
     artifact = load_default("cpu")
     law = llvm_oracle.kernel_law(list(runs))
-    per_kernel, per_op = law["per_kernel"], list(law["per_op_by_elements"].values())
-    bins = llvm_oracle.ELEMENT_BINS[1:-1]
     base = {"run": [], "measured": [], "model": [], "xla_fused_ops": [], "kernels": [],
             "llvm_optimized": [], "path": []}
     for run in runs:
@@ -311,8 +309,8 @@ def score(mlir: Path, variants: list[str], runs=RUNS) -> dict:
         for path in base["path"]:
             fusions, unfused = program(path.read_text(), chosen)
             distinct = list({kernel: (ops, size) for ops, size, kernel in fusions}.values())
-            law_total.append(sum(per_kernel + ops * per_op[int(np.digitize(size, bins, right=True))]
-                                 for ops, size in distinct))
+            law_total.append(llvm_oracle.law_instructions(
+                [[ops, size, 0] for ops, size in distinct], law))
             fused.append(max(1, sum(ops for ops, _, _ in fusions)))
             kernels.append(len(distinct) + unfused)
         law_total, fused, kernels = (np.log(np.maximum(v, 1)) for v in (law_total, fused, kernels))
