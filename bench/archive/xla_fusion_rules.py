@@ -270,7 +270,7 @@ def score(mlir: Path, variants: list[str], runs=RUNS) -> dict:
     artifact = load_default("cpu")
     law = llvm_oracle.kernel_law(list(runs))
     base = {"run": [], "measured": [], "model": [], "xla_fused_ops": [], "kernels": [],
-            "llvm_optimized": [], "path": []}
+            "llvm_optimized": [], "text": []}
     for run in runs:
         data = json.loads((ROOT / "bench/results" / f"{run}.json").read_text())
         counts = json.loads((ROOT / "bench/data" / run / "llvm_counts.json").read_text())
@@ -285,7 +285,7 @@ def score(mlir: Path, variants: list[str], runs=RUNS) -> dict:
             base["model"].append(predicted)
             for name in ("xla_fused_ops", "kernels", "llvm_optimized"):
                 base[name].append(counts[i][name])
-            base["path"].append(mlir / run / f"{i}.mlir")
+            base["text"].append((mlir / run / f"{i}.mlir").read_text())  # read once, walked per variant
     groups = np.array(base["run"])
     y = np.log(base["measured"])
     model = np.log(base["model"])
@@ -306,8 +306,8 @@ def score(mlir: Path, variants: list[str], runs=RUNS) -> dict:
     for variant in variants:
         chosen = set(filter(None, variant.split(",")))
         law_total, fused, kernels = [], [], []
-        for path in base["path"]:
-            fusions, unfused = program(path.read_text(), chosen)
+        for text in base["text"]:
+            fusions, unfused = program(text, chosen)
             distinct = list({kernel: (ops, size) for ops, size, kernel in fusions}.values())
             law_total.append(llvm_oracle.law_instructions(
                 [[ops, size, 0] for ops, size in distinct], law))
