@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # What each version changed: CHANGELOG.md.
-SCHEMA_VERSION = 18
+SCHEMA_VERSION = 19
 
 # Coarse op categories shared by the jaxpr and StableHLO extractors.
 CATEGORIES = (
@@ -137,6 +137,10 @@ ENVIRONMENT_FIELDS = ("backend", "target", "jaxlib_version", "host_cpu_count")
 # `OLDEST_READ`) reads the features it was trained on by name, and features recorded by an
 # earlier version gain the added ones where that count is zero (no FFT).
 ADDED = {18: (("fft_points_max", "fft_odd_part_max", "fft_odd_length_twos"), "op_fft")}
+# Versions that changed what some inputs measure in programs holding one op, with that op:
+# what an earlier version recorded reads the same where the op is absent, and must be
+# lowered again where it is present (19: a select of one value on both sides is dropped).
+CHANGED = {19: "op_select"}
 OLDEST_READ = 17
 
 
@@ -147,6 +151,12 @@ def features_of(version: int) -> tuple[str, ...]:
                          f"to {SCHEMA_VERSION})")
     later = {name for v, (names, _) in ADDED.items() if v > version for name in names}
     return tuple(name for name in STABLEHLO_FEATURES if name not in later)
+
+
+def stale(version: float, values: Mapping[str, float]) -> bool:
+    """Whether inputs recorded by schema `version` no longer read as this schema's: a
+    later version changed what they measure for an op they hold (`CHANGED`)."""
+    return any(version < changed and values.get(op, 0) for changed, op in CHANGED.items())
 
 
 def with_added(values: Mapping[str, float]) -> dict[str, float]:

@@ -54,9 +54,10 @@ def test_the_largest_transform_and_odd_part_are_read_from_fft_lengths():
 
 
 def test_schema_18_appends_two_inputs_to_those_of_17():
-    assert SCHEMA_VERSION == 18 and OLDEST_READ == 17
+    assert SCHEMA_VERSION == 19 and OLDEST_READ == 17
     assert MODEL_FEATURES[-3:] == FFT
-    assert features_of(17) == MODEL_FEATURES[:-3] and features_of(18) == MODEL_FEATURES
+    assert features_of(17) == MODEL_FEATURES[:-3]
+    assert features_of(18) == features_of(19) == MODEL_FEATURES
     with pytest.raises(ValueError, match="feature schema 16 is not read here"):
         features_of(16)
 
@@ -103,7 +104,7 @@ def test_a_model_of_a_schema_not_read_is_refused(tmp_path):
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest["schema_version"] = 16
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ArtifactError, match="feature schema 16.*reads models of 17 to 18"):
+    with pytest.raises(ArtifactError, match="feature schema 16.*reads models of 17 to 19"):
         load(folder)
     # a model of 17 whose manifest names 18's inputs is not what 17 was
     manifest["schema_version"], manifest["features"] = 17, list(MODEL_FEATURES)
@@ -113,7 +114,7 @@ def test_a_model_of_a_schema_not_read_is_refused(tmp_path):
 
 
 def test_rows_of_17_gain_the_inputs_where_they_have_no_fft_and_a_fit_refuses_the_rest():
-    base = {"f_" + n: 1.0 for n in features_of(17)}
+    base = {"f_" + n: 1.0 for n in features_of(17)} | {"f_op_select": 0.0}
     rows = pd.DataFrame([
         {**base, "key": "plain", "backend": "cpu", "status": "ok", "f_op_fft": 0.0,
          "f_schema_version": 17},
@@ -124,14 +125,14 @@ def test_rows_of_17_gain_the_inputs_where_they_have_no_fft_and_a_fit_refuses_the
          "f_fft_odd_length_twos": 0.0},
     ])
     up = with_added_features(rows)
-    assert list(up["f_schema_version"]) == [18, 17, 18]
+    assert list(up["f_schema_version"]) == [19, 17, 19]
     columns = ["f_" + name for name in FFT]
     assert up.loc[0, columns].tolist() == [0.0, 0.0, 0.0]
     assert up.loc[1, columns].isna().all()
     assert up.loc[2, "f_fft_points_max"] == 64.0
     assert features_frame(up.iloc[[0, 2]])["fft_points_max"].tolist() == [0.0, 64.0]
     assert features_frame(up)["fft_points_max"].isna().tolist() == [False, True, False]
-    with pytest.raises(ValueError, match="1 rows lack model inputs.*fft.*--stale-only"):
+    with pytest.raises(ValueError, match="1 rows lack model inputs.*FFT.*--stale-only"):
         fit_inputs(up)
 
 
@@ -139,7 +140,7 @@ def test_stale_rows_alone_are_lowered_again_and_keep_their_place(tmp_path):
     from costmodel.training.measure.reextract import main
 
     params = {"kind": "conv1d", "n": 1500, "transforms": 1}
-    base = {"f_" + n: 1.0 for n in features_of(17)}
+    base = {"f_" + n: 1.0 for n in features_of(17)} | {"f_op_select": 0.0}
     rows = pd.DataFrame([
         {**base, "key": "a", "family": "loop", "params": "{}", "backend": "cpu",
          "target": "", "status": "ok", "f_op_fft": 0.0, "f_schema_version": 17,
@@ -162,7 +163,7 @@ def test_stale_rows_alone_are_lowered_again_and_keep_their_place(tmp_path):
     assert fresh.loc[1, "f_fft_points_max"] == 3000.0
     assert fresh.loc[1, "f_fft_odd_part_max"] == 375.0
     assert fresh.loc[1, "f_fft_odd_length_twos"] == 8.0
-    assert list(fresh["f_schema_version"]) == [18, 18, 18]
+    assert list(fresh["f_schema_version"]) == [19, 19, 19]
     assert np.isfinite(fresh.loc[1, "f_hlo_ops"]) and fresh.loc[1, "f_hlo_ops"] > 1
 
 

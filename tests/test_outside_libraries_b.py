@@ -44,15 +44,19 @@ def test_simulators_lose_to_the_power_law_and_numerical_libraries_do_not(reports
     assert b2["calibrated"]["median_fold"] < b2["power_law_leave_one_out"]["median_fold"]
 
 
-def test_two_failure_classes_brax_under_and_xminigrid_over(reports):
+def test_brax_is_under_predicted_and_xminigrid_no_longer_over(reports):
     """Brax's physics steps are all under-predicted although the fusion emulator finds
-    about as many fusions as XLA makes; xminigrid's grid-world steps are all over-predicted,
-    where the emulator makes 1.5-2.6 times XLA's fusions."""
+    about as many fusions as XLA makes. xminigrid's grid-world steps were all
+    over-predicted (0.42-0.72 of the prediction) where the emulator made 1.5-2.6 times
+    XLA's fusions: a third of their selects pick one value on both sides, which XLA drops
+    and the emulator has dropped since schema 19 (1.3-1.9 times XLA's fusions now, and
+    within 10% of the prediction)."""
     rows = reports["b1"]["rows"]
-    assert all(r["measured_s"] > r["predicted_s"] for r in rows if r["library"] == "brax")
-    assert all(r["predicted_s"] > r["measured_s"] for r in rows if r["library"] == "xminigrid")
+    assert all(r["measured_s"] > 1.7 * r["predicted_s"] for r in rows if r["library"] == "brax")
+    xminigrid = [r["measured_s"] / r["predicted_s"] for r in rows if r["library"] == "xminigrid"]
+    assert sorted(np.round(xminigrid, 2).tolist()) == [0.92, 1.06, 1.09]
     measured = pd.read_parquet(RUNS["b1"] / "measured.parquet")
     emulated_over_xla = (measured["f_fusion_groups"] / measured["hlo_fusions"]).groupby(
         measured["library"]).agg(list)
-    assert np.round(emulated_over_xla["xminigrid"], 2).tolist() == [2.6, 1.65, 1.49]
+    assert np.round(emulated_over_xla["xminigrid"], 2).tolist() == [1.86, 1.38, 1.28]
     assert max(abs(np.log(emulated_over_xla["brax"]))) < 0.1

@@ -55,13 +55,14 @@ def test_host_memory_ceiling_drawn_for_the_corpus_cuts_strangers_too_low():
     """The corpus's own best ceiling (weight 0.85, margin 0) put these programs' host
     memory at a median fold of 1.53 and 1.44 under the model before; the shipped CPU
     model's ceiling sits 0.3 above its line (the margin chosen on the eight earlier suites
-    before these were scored, weight 1.0): 1.30 and 1.26, where no ceiling puts them
-    (1.29 and 1.26); the corpus's own best would cut them to 1.43 and 1.38 again.
+    before these were scored, weight 1.0): 1.30 and 1.30 (1.26 on the second before its
+    inputs were read at schema 19), near where no ceiling puts them (1.29 and 1.28); the
+    corpus's own best would cut them to 1.44 and 1.42 again.
     bench/FINDINGS.md, "A fourth outside suite"."""
     shipped = _memory_folds(lambda anchor: anchor)
     corpus_best = _memory_folds(lambda anchor: replace(anchor, weight=0.85, margin=0.0))
     loose = _memory_folds(lambda anchor: None)
-    assert shipped == pytest.approx({"d1": 1.298, "d2": 1.263}, abs=1e-3)
-    assert corpus_best == pytest.approx({"d1": 1.434, "d2": 1.381}, abs=1e-3)
-    assert all(corpus_best[n] > shipped[n] + 0.1 and abs(shipped[n] - loose[n]) < 0.02
+    assert shipped == pytest.approx({"d1": 1.298, "d2": 1.304}, abs=1e-3)
+    assert corpus_best == pytest.approx({"d1": 1.440, "d2": 1.424}, abs=1e-3)
+    assert all(corpus_best[n] > shipped[n] + 0.1 and abs(shipped[n] - loose[n]) < 0.03
                for n in RUNS)

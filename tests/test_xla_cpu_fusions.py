@@ -313,3 +313,57 @@ def test_equal_ops_are_merged_before_fusing():
         return z * (2.0 + 0j) + z * (2.0 + 0j) + (3.0 + 1j)
     feats = F.extract(complex_twice, jax.ShapeDtypeStruct((8,), jnp.complex64))
     assert (feats["fusion_groups"], feats["fusion_max_size"]) == (1, 5)
+
+
+def _switch_step(grid, pos, direction, action):
+    """A vmapped `lax.switch` of three moves over a grid world's state (RL environments'
+    step): each branch changes some leaves, and the batched switch selects every leaf."""
+    def one(grid, pos, direction, action):
+        state = {"grid": grid, "pos": pos, "dir": direction, "x0": direction, "x1": direction + 1}
+
+        def branch(k):
+            def move(s):
+                s = dict(s)
+                s["dir"] = (s["dir"] + k) % 4
+                s["pos"] = jnp.clip(s["pos"] + k, 0, 8)
+                s[f"x{k % 2}"] = s[f"x{k % 2}"] * 2
+                s["grid"] = s["grid"].at[s["pos"][0], s["pos"][1]].set(k)
+                return s
+            return move
+        return jax.lax.switch(action, [branch(k) for k in range(3)], state)
+    return jax.vmap(one)(grid, pos, direction, action)
+
+
+def _switch_rollout(grid, pos, direction, actions):
+    """`_switch_step` as a jitted function called in a scan's body: the walker fuses its
+    ops in place of the call (XLA inlines calls before fusing)."""
+    step = jax.jit(_switch_step)
+
+    def body(carry, action):
+        out = step(*carry, action)
+        return (out["grid"], out["pos"], out["dir"]), None
+    return lax.scan(body, (grid, pos, direction), actions)[0]
+
+
+_SWITCH_STATE = [jax.ShapeDtypeStruct((8, 9, 9), jnp.uint8),
+                 jax.ShapeDtypeStruct((8, 2), jnp.int32), jax.ShapeDtypeStruct((8,), jnp.int32)]
+
+
+@pytest.mark.parametrize("fn, action, selects, fused_ops, groups", [
+    # XLA's fusions of the step hold 148 ops (jax 0.10.2, dumped 2026-12-07); counting
+    # every select the emulator made 206 of them
+    (_switch_step, (8,), 37, 142, 11),
+    # in a callee the selects were kept until schema 19: 185 ops in 14 fusions; XLA's
+    # fusions hold 0.93x the step's ops here, the emulator's 0.90x
+    (_switch_rollout, (5, 8), 27, 128, 11),
+])
+def test_a_select_of_one_value_on_both_sides_is_that_value(fn, action, selects, fused_ops,
+                                                           groups):
+    """A batched switch writes `select(p, x, x)` for each leaf a branch leaves alone, and
+    XLA's simplifier drops it before fusing; so does the emulator, in a block and in a
+    callee it fuses in place, and what computed only their predicate is dead."""
+    args = [*_SWITCH_STATE, jax.ShapeDtypeStruct(action, jnp.int32)]
+    feats = F.extract(fn, *args)
+    assert feats["op_select"] == selects  # the program's text keeps them
+    assert feats["fusion_groups"] == groups
+    assert feats["fusion_groups"] * feats["fusion_mean_size"] == pytest.approx(fused_ops)

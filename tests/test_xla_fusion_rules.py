@@ -97,39 +97,6 @@ def test_structure_tells_apart_fusions_of_the_same_ops_wired_otherwise(rules):
     assert len({kernel for *_, kernel in structural}) == 2
 
 
-def _switch_step(grid, pos, direction, action):
-    """A vmapped `lax.switch` of three moves over a grid world's state (RL environments'
-    step): each branch changes some leaves, and the batched switch selects every leaf."""
-    def one(grid, pos, direction, action):
-        state = {"grid": grid, "pos": pos, "dir": direction, "x0": direction, "x1": direction + 1}
-
-        def branch(k):
-            def move(s):
-                s = dict(s)
-                s["dir"] = (s["dir"] + k) % 4
-                s["pos"] = jnp.clip(s["pos"] + k, 0, 8)
-                s[f"x{k % 2}"] = s[f"x{k % 2}"] * 2
-                s["grid"] = s["grid"].at[s["pos"][0], s["pos"][1]].set(k)
-                return s
-            return move
-        return jax.lax.switch(action, [branch(k) for k in range(3)], state)
-    return jax.vmap(one)(grid, pos, direction, action)
-
-
-def test_same_drops_the_selects_of_one_value_on_both_sides(rules):
-    """The batched switch writes `select(p, x, x)` for every leaf a branch leaves alone.
-    XLA's simplifier drops them: its fusions of this step hold 148 ops (jax 0.10.2,
-    dumped this session); the emulator as shipped counts 206, with `same` 142."""
-    args = [jax.ShapeDtypeStruct((8, 9, 9), jnp.uint8), jax.ShapeDtypeStruct((8, 2), jnp.int32),
-            jax.ShapeDtypeStruct((8,), jnp.int32), jax.ShapeDtypeStruct((8,), jnp.int32)]
-    text = jax.jit(_switch_step).lower(*args).as_text()
-    assert text.count("stablehlo.select") > 20
-    shipped, _ = rules.program(text, set())
-    same, _ = rules.program(text, {"same"})
-    assert sum(ops for ops, _, _ in shipped) == 206
-    assert sum(ops for ops, _, _ in same) == 142
-
-
 def test_unknown_rules_are_named(rules):
     with pytest.raises(ValueError, match="unknown rules"):
         rules.program(_text(jnp.sin, (4,)), {"fuse_everything"})

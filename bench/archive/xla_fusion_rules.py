@@ -15,7 +15,10 @@ of `llvm_oracle.kernel_law` over the distinct fusions fall from XLA's fused ops,
 kernels and LLVM's optimized instructions (median and 90th percentile fold, each
 program's log ratio less the median's), and `llvm_oracle.loo_folds`' fits of the measured
 seconds on the law, on the kernels, and on each beside the shipped model. Compiles nothing.
-Findings: bench/FINDINGS.md, "XLA's fusion rules on the emulator".
+Findings: bench/FINDINGS.md, "XLA's fusion rules on the emulator". The `same` rule scored
+there (a select of one value on both sides is that value) is part of the emulator since
+feature schema 19, in blocks and in inlined callees alike; the stored variants named
+"same" are the rule as it was tried then, in blocks only.
 """
 
 from __future__ import annotations
@@ -50,8 +53,6 @@ RULES = {
               "when they all sit in one fusion",
     "structure": "two fusions are one kernel only if their ops read one another the same "
                  "way: each op keyed by its signature and its operands' keys, in order",
-    "same": "a select of one value on both sides is that value (XLA's simplifier), and what "
-            "only such selects read is dead",
 }
 # ops that stay kernels of their own when they do not fuse
 KERNEL_OPS = frozenset({"reduce", "scatter", "gather", "sort", "reduce_window",
@@ -126,11 +127,6 @@ def rules(chosen: set[str], found: set):
                 "        if not cheap and users and not users.isdisjoint(self._reusing):\n"
                 "            targets = {new_fusion()}\n"
                 "        elif single_use and (len(users) > 1"))
-        if "same" in chosen:
-            group_edits.append((
-                "        if not users and (position in self._bypassed or every_user):",
-                "        if not users and (position in self._bypassed or every_user\n"
-                "                          or position in getattr(self, '_maybe_dead', ())):"))
         if "shared" in chosen:
             group_edits.append((
                 "        if single_use and (len(users) > 1",
@@ -167,15 +163,6 @@ def rules(chosen: set[str], found: set):
             "                fusions.visit(operands, results, name, None, res.rank)\n"
             "                if name in KERNEL_OPS:\n"
             "                    FOUND.add((name, res.texts))\n")]
-        if "same" in chosen:
-            block_edits.append((
-                "        if fusions is None:\n",
-                "        if fusions is not None and name == 'select' and len(operands) == 3 \\\n"
-                "                and operands[1] == operands[2]:\n"
-                "            ids[value] = operands[1]\n"
-                "            fusions.__dict__.setdefault('_maybe_dead', set()).add(\n"
-                "                fusions._producer.get(operands[0]))\n"
-                "        elif fusions is None:\n"))
         if "regions" in chosen:
             block_edits.append(("self._block(inner_block, tally, trips, depth, branches))",
                                 "self._block(inner_block, tally, trips, depth, branches, "
@@ -335,8 +322,7 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=[
         "", "regions", "regions,reduce,gather", "regions,reduce,gather,reuse",
         "regions,dup15", "regions,reduce,gather,dup15", "regions,dots", "wired", "shared",
-        "regions,shared", "structure", "regions,reduce,gather,reuse,structure", "same",
-        "regions,same", "regions,reduce,gather,reuse,same"])
+        "regions,shared", "structure", "regions,reduce,gather,reuse,structure"])
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     out = score(args.mlir, args.variants)

@@ -87,6 +87,7 @@ class Fusions:
         # block argument: a fusion's inputs are those read from outside it)
         self._fusible: dict = {}
         self._bypassed: set = set()  # ops a resolved slice no longer reads through
+        self._unread: set = set()  # ops only a dropped select read (`drop_select`)
         self._copies: dict = {}  # (value, layout) -> its layout copy for a dot
         self._same_index: set = set()  # fusible ops that read operands at their own index
         self._seen: dict = {}  # (op kind, operands' producers) -> its results (`visit`)
@@ -179,6 +180,14 @@ class Fusions:
             self.visit([value], [copy], "transpose", 1.0, rank, (layout, value_type))
         return self._copies[key]
 
+    def drop_select(self, predicate) -> None:
+        """A select of one value on both sides was dropped (XLA's simplifier makes it
+        that value; the walker names it so): what computed its `predicate` is dead unless
+        something else reads it."""
+        producer = self._producer.get(predicate)
+        if producer is not None:
+            self._unread.add(producer)
+
     def alias(self, value, source) -> None:
         """`value` is `source` under another name (a call's result is what its callee
         returns, once XLA has inlined the call)."""
@@ -268,7 +277,8 @@ class Fusions:
                 fusible.items()):
             every_user = users_of.get(position, _NONE)
             users = every_user - dead if dead else every_user
-            if not users and (position in self._bypassed or every_user):
+            if not users and (every_user or position in self._bypassed
+                              or position in self._unread):
                 dead.add(position)
                 continue
             # (fusion sets are never changed once made: one may stand for several ops)

@@ -64,6 +64,11 @@ class Inlining:
             if kind.name == "call":
                 self._inline(fusions, op, inner_operands, inner_results, depth + 1, stack)
                 continue
+            if kind.name == "select" and len(inner_operands) == 3 \
+                    and inner_operands[1] == inner_operands[2]:  # as `Walker._block` drops it
+                local[result_values[0]] = inner_operands[1]
+                fusions.drop_select(inner_operands[0])
+                continue
             types = tuple([r.type for r in result_values])
             res = self._results.get(types) or self._decode(types)
             transposed = self._dot(op, operand_values, types)[1] \

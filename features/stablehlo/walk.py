@@ -145,6 +145,11 @@ class Walker(Inlining):
                 if name == "dot_general" or name == "dot" else None
             if fusions is None:
                 pass
+            elif name == "select" and len(operands) == 3 and operands[1] == operands[2]:
+                # what a batched switch writes for a leaf its branch leaves alone; XLA's
+                # simplifier drops it before fusing: its readers read that leaf
+                ids[value] = operands[1]
+                fusions.drop_select(operands[0])
             elif name == "call":
                 if self.inline:
                     self._count_inlined(op)

@@ -29,6 +29,7 @@ from . import calibration as _calibration  # noqa: F401
 from . import control as _control  # noqa: F401
 from . import conv as _conv  # noqa: F401  (importing registers the families)
 from . import dense as _dense  # noqa: F401
+from . import envs as _envs  # noqa: F401
 from . import games as _games  # noqa: F401
 from . import library as _library  # noqa: F401
 from . import linalg as _linalg  # noqa: F401

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from costmodel.features import SCHEMA_VERSION
-from costmodel.features.schema import OLDEST_READ, with_added
+from costmodel.features.schema import OLDEST_READ, stale, with_added
 from costmodel.models.predictor import LOG_OFFSETS
 
 from ..measure.calibrate import (
@@ -138,6 +138,10 @@ def score(artifact, data: dict, quantity: str = "compile_seconds") -> dict:
         raise ValueError(f"stored inputs are feature schema {data['schema_version']}, this "
                          f"costmodel reads {OLDEST_READ} to {SCHEMA_VERSION}; re-run the "
                          "bench to refresh")
+    if any(stale(data["schema_version"], row["model_inputs"]) for row in data["results"]):
+        raise ValueError(f"stored inputs are feature schema {data['schema_version']}, whose "
+                         f"inputs schema {SCHEMA_VERSION} changed for some of these programs; "
+                         "lower them again (the bench's --refresh-inputs, or reextract)")
     point, lo, hi, measured = scaled_predictions(artifact, data, quantity)
     offset = LOG_OFFSETS[quantity]
     folds = metrics.fold_errors(point + offset, measured + offset)

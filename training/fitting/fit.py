@@ -79,13 +79,17 @@ def fit_inputs(rows: pd.DataFrame) -> pd.DataFrame:
     """`features_frame` of rows a model of this schema is fitted on: every input known
     (an FFT row recorded by an earlier schema lacks what this one added)."""
     frame = features_frame(rows)
-    stale = frame.isna().any(axis=1).to_numpy()
+    stale = frame.isna().any(axis=1).to_numpy(copy=True)
+    column = FEATURE_PREFIX + "schema_version"
+    if column in rows:  # a row of an earlier schema whose inputs it changed since
+        version = pd.to_numeric(with_added_features(rows.copy())[column], errors="coerce")
+        stale |= (version < SCHEMA_VERSION).to_numpy()
     if stale.any():
         raise ValueError(
-            f"{int(stale.sum())} rows lack model inputs this feature schema added (an FFT "
-            f"recorded before schema {SCHEMA_VERSION}, e.g. {rows['key'][stale].iloc[0]}); "
-            "lower them again: python -m costmodel.training.measure.reextract FILE "
-            "--stale-only")
+            f"{int(stale.sum())} rows lack model inputs this feature schema added or "
+            f"changed (an FFT or a select recorded before schema {SCHEMA_VERSION}, e.g. "
+            f"{rows['key'][stale].iloc[0]}); lower them again: python -m "
+            "costmodel.training.measure.reextract FILE --stale-only")
     return frame
 
 

@@ -109,15 +109,18 @@ def reextract(data: pd.DataFrame, progress: bool = True, modules: tuple[str, ...
 
 def stale_rows(data: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the rows whose features lack what a later schema added and cannot be filled in,
-    the rest with the added features filled in), `with_added_features` done on `data`."""
-    from costmodel.features.schema import ADDED
+    or whose features a later schema changed, the rest with the added features filled
+    in), `with_added_features` done on `data`."""
+    from costmodel.features.schema import ADDED, SCHEMA_VERSION
     from costmodel.measure.rows import FEATURE_PREFIX
 
     from ..store.dataset import with_added_features
 
     data = with_added_features(data.copy())
     added = [FEATURE_PREFIX + name for names, _ in ADDED.values() for name in names]
-    stale = data[added].isna().any(axis=1) & (data["status"] == "ok")
+    older = pd.to_numeric(data[FEATURE_PREFIX + "schema_version"], errors="coerce") \
+        < SCHEMA_VERSION
+    stale = (data[added].isna().any(axis=1) | older) & (data["status"] == "ok")
     return data[stale].reset_index(drop=True), data[~stale].reset_index(drop=True)
 
 

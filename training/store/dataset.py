@@ -88,8 +88,9 @@ def _with_missing_values(data: pd.DataFrame) -> pd.DataFrame:
 def with_added_features(data: pd.DataFrame) -> pd.DataFrame:
     """Rows an earlier feature schema recorded, with the features later ones added: zero,
     and the row of this schema, where the op they measure is absent; NaN (lower it again:
-    `costmodel.training.measure.reextract --stale-only`) where it is present."""
-    from costmodel.features.schema import ADDED
+    `costmodel.training.measure.reextract --stale-only`) where it is present. A row a
+    later version changed nothing for (`CHANGED`: the op absent) is of that version."""
+    from costmodel.features.schema import ADDED, CHANGED
 
     column = FEATURE_PREFIX + "schema_version"
     if column not in data:
@@ -107,6 +108,11 @@ def with_added_features(data: pd.DataFrame) -> pd.DataFrame:
                                                  columns=new)], axis=1)
         data.loc[absent, [FEATURE_PREFIX + name for name in names]] = 0.0
         version = version.where(~absent, added)
+    for changed, op in sorted(CHANGED.items()):  # the same where the op is absent
+        counts = data[FEATURE_PREFIX + op] if FEATURE_PREFIX + op in data else 0.0
+        absent = (version == changed - 1) & (
+            pd.to_numeric(counts, errors="coerce").fillna(0.0) == 0)
+        version = version.where(~absent, changed)
     data[column] = version.where(version.notna(), data[column])
     return data
 
