@@ -37,28 +37,38 @@ def test_the_stored_table_follows_from_the_stored_runs(report):
         [c["needed"] for c in stored["cases"]])
 
 
-def test_the_applied_way_is_the_one_with_the_smallest_worst_bias(report):
+def test_the_applied_way_has_the_smallest_spread_of_bias(report):
+    """The model ratio times a constant, fitted with each run left out, leaves the least
+    bias in root mean square and the most calibrations within 1.1x; in the worst case the
+    reference speed to the power 1 is 0.4% better. Read at schema 19 the runs' programs
+    ask for a constant of 1.094 (1.07 at 18, the one `costmodel calibrate` still applies:
+    bench/FINDINGS.md, "Selects of one value dropped")."""
     estimators = report["estimators"]
     assert PREFERENCE[0] == "model_ratio"
-    # the model ratio times a constant, fitted with each run left out, did best; the
-    # constant fitted on all runs is the one `costmodel calibrate` applies
-    assert report["chosen"] == "model_ratio_times_constant"
     constant = estimators["model_ratio_times_constant"]
-    assert constant["fitted_on_all"] == pytest.approx(APPLIED_FACTOR["model_ratio"], abs=0.005)
-    assert set(constant["fitted_leaving_each_run_out"].values()) <= {1.0725, 1.0833}
+    assert constant["fitted_on_all"] == pytest.approx(1.0942, abs=1e-4)
+    assert APPLIED_FACTOR["model_ratio"] == 1.07
+    assert set(constant["fitted_leaving_each_run_out"].values()) <= {
+        1.0725, 1.0833, 1.0942, 1.1052}
     worst = {name: e["worst_abs_log_bias_as_factor"] for name, e in estimators.items()}
-    assert worst["model_ratio_times_constant"] == pytest.approx(1.164, abs=1e-3)
-    assert constant["rms_log_bias_as_factor"] == pytest.approx(1.092, abs=1e-3)
-    # the bare ratio left held-out programs under-predicted (0.81-1.07), the reference
+    rms = {name: e["rms_log_bias_as_factor"] for name, e in estimators.items()}
+    assert report["chosen"] == "reference_speed_power_1"
+    assert worst["model_ratio_times_constant"] == pytest.approx(1.277, abs=1e-3)
+    assert worst["reference_speed_power_1"] == pytest.approx(1.272, abs=1e-3)
+    assert min(rms, key=rms.get) == "model_ratio_times_constant"
+    assert rms["model_ratio_times_constant"] == pytest.approx(1.109, abs=1e-3)
+    within = {name: e["within_1_1x"] for name, e in estimators.items()}
+    assert within["model_ratio_times_constant"] == max(within.values()) == 15
+    # the bare ratio left held-out programs under-predicted (0.73-1.07), the reference
     # speed (applied before it) and the set's median ratio did worse in the worst case
-    assert worst["model_ratio"] == pytest.approx(1.231, abs=1e-3)
-    assert estimators["model_ratio"]["bias_range"] == pytest.approx([0.813, 1.074], abs=1e-3)
-    assert worst["reference_speed"] == pytest.approx(1.246, abs=1e-3)
-    assert worst["calibration_set"] == pytest.approx(1.434, abs=1e-3)
+    assert worst["model_ratio"] == pytest.approx(1.369, abs=1e-3)
+    assert estimators["model_ratio"]["bias_range"] == pytest.approx([0.730, 1.073], abs=1e-3)
+    assert worst["reference_speed"] == pytest.approx(1.278, abs=1e-3)
+    assert worst["calibration_set"] == pytest.approx(1.596, abs=1e-3)
     # a blend with the reference speed, its weight fitted with each run left out, does
     # not reach the constant's worst case
     blend = estimators["blend_reference_speed_and_model_ratio"]
-    assert blend["fitted_on_all"] == pytest.approx(0.375)
+    assert blend["fitted_on_all"] == pytest.approx(0.5)
     assert worst["blend_reference_speed_and_model_ratio"] > worst["model_ratio_times_constant"]
 
 
@@ -81,10 +91,10 @@ def test_bias_is_the_applied_factor_over_the_one_each_run_needed(report):
         assert report["estimators"]["model_ratio"]["bias"][i] == pytest.approx(
             ways["model_ratio"] / case["needed"])
     # the first outside run's calibration before: the model ratio 1.13 where it needed
-    # 1.27 (the reference speed: 1.11)
+    # 1.31 (the reference speed: 1.11)
     first = next(c for c in report["cases"] if (c["run"], c["calibration"]) ==
                  ("outside_libraries", "before"))
-    assert first["needed"] == pytest.approx(1.273, abs=1e-3)
+    assert first["needed"] == pytest.approx(1.305, abs=1e-3)
     assert first["candidates"]["model_ratio"] == pytest.approx(1.127, abs=1e-3)
     assert first["candidates"]["reference_speed"] == pytest.approx(1.109, abs=1e-3)
     assert np.isfinite([c["needed"] for c in report["cases"]]).all()
@@ -99,9 +109,9 @@ def test_each_calibrations_bar_figures_follow_from_its_programs(report):
         assert c["median_fold"] == pytest.approx(stored[key]["median_fold"]), key
     # the 40 outside programs, calibrated before they were measured: within the issue's bar
     first = applied[("outside_libraries", "before")]
-    assert first["median_fold"] == pytest.approx(1.18, abs=0.01)
-    assert first["p90_fold"] == pytest.approx(1.40, abs=0.01)
-    assert first["bias"] == pytest.approx(0.95, abs=0.01)
+    assert first["median_fold"] == pytest.approx(1.19, abs=0.01)
+    assert first["p90_fold"] == pytest.approx(1.46, abs=0.01)
+    assert first["bias"] == pytest.approx(0.92, abs=0.01)
     # the bias is the applied factor over the one the run needed
     case = next(c for c in report["cases"] if (c["run"], c["calibration"]) ==
                 ("outside_libraries", "before"))

@@ -253,3 +253,23 @@ def test_a_benchs_builders_register_one_family_each_with_its_grid_and_library():
     finally:
         FAMILIES.pop("probe_tanh_chain", None)
         FAMILIES.pop("probe_square", None)
+
+
+@pytest.mark.parametrize("rules, rollout, selects, of_one_value, loops", [
+    (0, 0, 99, 34, 0), (8, 0, 161, 65, 0), (8, 16, 184, 79, 5)])
+def test_a_grid_world_step_is_a_batched_switch_of_selects(rules, rollout, selects,
+                                                          of_one_value, loops):
+    """Under `vmap` the switch over moves and each rule's cond select every leaf of the
+    state; a third or more of the selects pick one value on both sides (a leaf the branch
+    left alone), what the outside suites' grid worlds hold and the corpus did not."""
+    import re
+
+    from costmodel.features import extract
+
+    fn, args = corpus.build("grid_world", {"batch": 4, "size": 5, "actions": 6,
+                                           "rules": rules, "rollout": rollout})
+    text = jax.jit(fn).trace(*args).lower().as_text()
+    found = re.findall(r"stablehlo.select %([\w#.]+), %([\w#.]+), %([\w#.]+)", text)
+    assert sum(a == b for _, a, b in found) == of_one_value
+    feats = extract(fn, *args)
+    assert (feats["op_select"], feats["while_count"]) == (selects, loops)

@@ -213,13 +213,21 @@ def test_a_bench_row_is_held_out_with_its_library_or_its_programs_first_word():
     assert widening.bench_library({"program": "haiku resnet18 train step"}) == "haiku"
 
 
+# programs that crossed an interval's bound since the widening was fitted (schema 19)
+MOVED_SINCE_FITTED = {("cpu", "outside_libraries_b1", "peak_rss_bytes"): 1,
+                      ("cpu", "outside_libraries_d2", "compile_seconds"): -1,
+                      ("gpu", "outside_libraries_h100", "compile_seconds"): -1}
+
 
 @pytest.mark.parametrize("backend, target", [("cpu", ""), ("gpu", "h100")])
 def test_the_shipped_intervals_are_their_fitted_bands_widened(backend, target):
     """What the benches fitted is what predictions carry: the stored benches' programs
     fall inside as the manifest says, for compile time and for host memory (widened on
     the log of bytes plus 1 MiB, as the model predicts them; ratios taken on bytes alone
-    recorded 95% for the H100's outside run where its intervals held 92.5%)."""
+    recorded 95% for the H100's outside run where its intervals held 92.5%). The CPU
+    widening was fitted on inputs of schema 18: read at 19, one program each of two runs
+    crossed a bound (the simulators' host memory, one more inside; the fourth suite's
+    second part's compile time, one fewer), and one of the H100's first outside run."""
     from costmodel.training.evaluation import metrics
     from costmodel.training.evaluation.outside import measures, scaled_predictions, stored_results
 
@@ -233,8 +241,10 @@ def test_the_shipped_intervals_are_their_fitted_bands_widened(backend, target):
         for quantity in ("compile_seconds", "peak_rss_bytes"):
             if measures(data, quantity):
                 _, lo, hi, measured = scaled_predictions(model, data, quantity)
+                moved = MOVED_SINCE_FITTED.get((backend, name, quantity), 0)
                 assert metrics.coverage(lo, hi, measured) == pytest.approx(
-                    recorded[quantity]["coverage_after"][name]), (name, quantity)
+                    recorded[quantity]["coverage_after"][name] + moved / len(measured)), (
+                    name, quantity)
 
 
 def test_a_memory_ratio_is_taken_where_the_interval_is_widened():
@@ -313,9 +323,10 @@ def test_the_cpu_intervals_cover_85_to_95_percent_of_the_stored_runs_held_out():
     """The shipped CPU widening is fitted on every stored bench run scored as `costmodel
     calibrate` scales them (the model ratio times 1.07): one factor, 1.28, at any
     distance. Each bench library's programs scored against a rule fitted without them,
-    92.8% of the 318 fall inside, and the corpus's libraries held out 94.6%, both within
-    the 85-95% asked of a 90% interval. The same runs scored with the reference speed
-    fit a rule that covers 94.0% of them held out. The calibration's uncertainty moves no
+    93.1% of the 318 fall inside (their inputs read at schema 19; 92.8% at 18), and the
+    corpus's libraries held out 94.6%, both within the 85-95% asked of a 90% interval.
+    The same runs scored with the reference speed fit a rule that covers 93.1% of them
+    held out (94.0% at 18). The calibration's uncertainty moves no
     program across a bound."""
     from conftest import bench_module
 
@@ -325,8 +336,8 @@ def test_the_cpu_intervals_cover_85_to_95_percent_of_the_stored_runs_held_out():
     assert result["rules"]["shipped"]["factor"] == pytest.approx(1.2816, abs=1e-4)
     assert result["programs"] == 318 and result["libraries"] == 71
     held = result["all"]["held_out_refit"]
-    assert 0.85 <= held <= 0.95 and held == pytest.approx(295 / 318)
-    assert result["all"]["held_out_as_shipped"] == pytest.approx(299 / 318)
+    assert 0.85 <= held <= 0.95 and held == pytest.approx(296 / 318)
+    assert result["all"]["held_out_as_shipped"] == pytest.approx(296 / 318)
     assert 0.85 <= result["corpus"]["refit"] <= 0.95
     assert result["corpus"]["refit"] == pytest.approx(441 / 466)
     assert result["corpus"]["a"] == pytest.approx(419 / 466)  # as the fit left them
@@ -337,12 +348,12 @@ def test_the_cpu_intervals_cover_85_to_95_percent_of_the_stored_runs_held_out():
         "outside_libraries_e1", "outside_libraries_e2"]
     assert runs["outside_libraries_e1"]["a_b_c_shipped"] == pytest.approx(12 / 14)
     assert runs["outside_libraries_e2"]["a_b_c_shipped"] == 1.0
-    # the first suite, held out: 38 of 40; the fourth suite's two parts 24 of 24 and 25
-    # of 28; the simulators 20 of 24, the most under-covered suite but the top end
+    # the first suite, held out: 38 of 40; the fourth suite's two parts 24 of 24 and 24
+    # of 28 (25 at schema 18); the simulators 21 of 24 (20 at 18), the top end 4 of 6
     assert runs["outside_libraries"]["held_out_refit"] == pytest.approx(38 / 40)
     assert runs["outside_libraries_d1"]["held_out_refit"] == 1.0
-    assert runs["outside_libraries_d2"]["held_out_refit"] == pytest.approx(25 / 28)
-    assert runs["outside_libraries_b1"]["held_out_refit"] == pytest.approx(20 / 24)
+    assert runs["outside_libraries_d2"]["held_out_refit"] == pytest.approx(24 / 28)
+    assert runs["outside_libraries_b1"]["held_out_refit"] == pytest.approx(21 / 24)
     assert runs["outside_top"]["held_out_refit"] == pytest.approx(4 / 6)
     # the fourth suite's first part falls inside its fitted interval unwidened
     assert runs["outside_libraries_d1"]["a"] == 1.0

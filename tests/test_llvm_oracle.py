@@ -51,14 +51,15 @@ def test_kernel_rows_read_a_dumped_module(oracle, tmp_path):
 def test_llvm_instructions_explain_the_outside_suites_where_hlo_counts_do_not(oracle):
     """Over 146 programs of six outside suites, one intercept per suite: LLVM's optimized
     instruction count alone (median fold 1.188) beats every HLO-level count, XLA's own
-    included (1.250-1.312); beside the model's prediction it takes the p90 from 1.67 to
-    1.47. Recomputed from the stored counts and runs."""
+    included (1.250-1.312); beside the model's prediction (its inputs read at schema 19)
+    it takes the p90 from 1.69 to 1.38 (at 18: 1.67 to 1.47). Recomputed from the stored
+    counts and runs."""
     got = oracle.score(RUNS)["fits"]
     assert got["llvm_optimized"]["median_fold"] == pytest.approx(1.188, abs=0.002)
     for hlo_count in ("hlo_instructions", "xla_fused_ops", "emulated_fused_ops",
                       "hlo_ops_inlined"):
         assert got[hlo_count]["median_fold"] > 1.24
-    assert got["model + llvm_optimized"]["p90_fold"] == pytest.approx(1.471, abs=0.01)
+    assert got["model + llvm_optimized"]["p90_fold"] == pytest.approx(1.382, abs=0.01)
     assert got["model"]["p90_fold"] / got["model + llvm_optimized"]["p90_fold"] > 1.10
     # the size law over XLA's kernels (not LLVM's output) predicts as well
     assert got["kernel_law"]["median_fold"] == pytest.approx(1.189, abs=0.002)
