@@ -21,9 +21,9 @@ measured on another CPU kind and outside libraries' programs, 25 calibrations;
 `bench/evaluations/calibration_choice.py`) that constant, fitted with each run left out,
 left the least bias on held-out programs in root mean square (1.11x, worst 1.28x) against
 the bare ratio's 1.14x (worst 1.37x), the reference speed's 1.14x (1.28x) and the set's
-1.20x (1.60x); fitted on all the runs it is 1.09 since feature schema 19 (1.07 before). Without a model to
-predict with, the reference speed is applied, and without a reference power the set's
-median. How far the candidates disagree (`candidate_spread`) is the calibration's
+1.20x (1.60x); fitted on all the runs it is 1.09 since feature schema 19 (1.07 before).
+Without a model to predict with, the reference speed is applied, and without a reference
+power the set's median. How far the candidates disagree (`candidate_spread`) is the calibration's
 uncertainty: past `AGREEING_SPREAD` it widens the prediction intervals
 (`costmodel.models.calibration.widen_interval`).
 
