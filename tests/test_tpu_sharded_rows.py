@@ -109,10 +109,11 @@ def test_sharded_programs_of_libraries_no_row_uses():
     assert not set(ok["library"]) & set(_tpu_rows()["library"])
     got = bench_module("tpu_sharded_outside").score(ok, load_default("tpu", "v5e").predictor)
     # (1.591, p90 2.67, measured/predicted 0.945 with the model before its sharded offset;
-    # 1.536, 3.05, 1.091 before the FFT programs joined its rows)
-    assert got["median_fold"] == pytest.approx(1.504, abs=0.001)
+    # 1.536, 3.05, 1.091 before the FFT programs joined its rows; 1.504, 3.22, 0.981 on
+    # the programs' schema-18 inputs)
+    assert got["median_fold"] == pytest.approx(1.490, abs=0.001)
     assert got["p90_fold"] == pytest.approx(3.22, abs=0.01)
-    assert got["measured_over_predicted"] == pytest.approx(0.981, abs=0.001)
+    assert got["measured_over_predicted"] == pytest.approx(0.988, abs=0.001)
 
 
 def test_more_sharded_programs_of_the_trained_libraries():
@@ -125,6 +126,6 @@ def test_more_sharded_programs_of_the_trained_libraries():
     got = bench_module("tpu_sharded_outside").score(ok, load_default("tpu", "v5e").predictor)
     # (1.233 and 1.069x under on average with the model before its sharded offset: for
     # libraries it has seen, there is no level to move; 1.266 and 1.234 before the FFT
-    # programs joined its rows)
-    assert got["median_fold"] == pytest.approx(1.345, abs=0.001)
-    assert got["measured_over_predicted"] == pytest.approx(1.305, abs=0.001)
+    # programs joined its rows; 1.345 and 1.305 on their schema-18 inputs)
+    assert got["median_fold"] == pytest.approx(1.342, abs=0.001)
+    assert got["measured_over_predicted"] == pytest.approx(1.303, abs=0.001)
