@@ -16,7 +16,7 @@ from costmodel.features import MODEL_FEATURES, SCHEMA_VERSION
 from costmodel.features.environment import chips, model_target
 from costmodel.measure.rows import FEATURE_PREFIX
 
-from ..store.dataset import with_added_features
+from ..store.dataset import behind_schema, with_added_features
 from .baseline import drift_power
 from .estimator import TARGETS, CompileCostModel, Table, augment
 from .phase_model import fit_phase_shares
@@ -79,11 +79,7 @@ def fit_inputs(rows: pd.DataFrame) -> pd.DataFrame:
     """`features_frame` of rows a model of this schema is fitted on: every input known
     (an FFT row recorded by an earlier schema lacks what this one added)."""
     frame = features_frame(rows)
-    stale = frame.isna().any(axis=1).to_numpy(copy=True)
-    column = FEATURE_PREFIX + "schema_version"
-    if column in rows:  # a row of an earlier schema whose inputs it changed since
-        version = pd.to_numeric(with_added_features(rows.copy())[column], errors="coerce")
-        stale |= (version < SCHEMA_VERSION).to_numpy()
+    stale = frame.isna().any(axis=1).to_numpy() | behind_schema(rows)
     if stale.any():
         raise ValueError(
             f"{int(stale.sum())} rows lack model inputs this feature schema added or "

@@ -111,16 +111,14 @@ def stale_rows(data: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the rows whose features lack what a later schema added and cannot be filled in,
     or whose features a later schema changed, the rest with the added features filled
     in), `with_added_features` done on `data`."""
-    from costmodel.features.schema import ADDED, SCHEMA_VERSION
+    from costmodel.features.schema import ADDED
     from costmodel.measure.rows import FEATURE_PREFIX
 
-    from ..store.dataset import with_added_features
+    from ..store.dataset import behind_schema, with_added_features
 
     data = with_added_features(data.copy())
     added = [FEATURE_PREFIX + name for names, _ in ADDED.values() for name in names]
-    older = pd.to_numeric(data[FEATURE_PREFIX + "schema_version"], errors="coerce") \
-        < SCHEMA_VERSION
-    stale = (data[added].isna().any(axis=1) | older) & (data["status"] == "ok")
+    stale = (data[added].isna().any(axis=1) | behind_schema(data)) & (data["status"] == "ok")
     return data[stale].reset_index(drop=True), data[~stale].reset_index(drop=True)
 
 

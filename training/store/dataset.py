@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from costmodel.measure.rows import FEATURE_PREFIX
@@ -115,6 +116,20 @@ def with_added_features(data: pd.DataFrame) -> pd.DataFrame:
         version = version.where(~absent, changed)
     data[column] = version.where(version.notna(), data[column])
     return data
+
+
+def behind_schema(data: pd.DataFrame) -> np.ndarray:
+    """Whether each row, read through `with_added_features`, is still of an earlier feature
+    schema: one that lacks inputs added since, or holds an op whose inputs changed since
+    (lower it again: `costmodel.training.measure.reextract --stale-only`)."""
+    from costmodel.features.schema import ADDED, CHANGED, SCHEMA_VERSION
+
+    column = FEATURE_PREFIX + "schema_version"
+    if column not in data:
+        return np.zeros(len(data), bool)
+    ops = {FEATURE_PREFIX + op for op in (*CHANGED.values(), *(op for _, op in ADDED.values()))}
+    version = with_added_features(data[[column, *sorted(ops & set(data.columns))]].copy())
+    return (pd.to_numeric(version[column], errors="coerce") < SCHEMA_VERSION).to_numpy()
 
 
 def done_keys(paths: Iterable[str | os.PathLike], skip_errors: bool = False) -> set[str]:
