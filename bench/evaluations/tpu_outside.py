@@ -45,7 +45,9 @@ from tpu_device import _spearman, folds, serialize_for_tpu  # noqa: E402
 # where the CPU compile seconds of each suite were measured (first pass, calibrated run)
 CPU_RUNS = ("bench/data/outside_libraries", "bench/data/outside_libraries_b1",
             "bench/data/outside_libraries_b2", "bench/data/outside_top",
-            "bench/data/outside_libraries_c")
+            "bench/data/outside_libraries_c", "bench/data/outside_libraries_d1",
+            "bench/data/outside_libraries_d2", "bench/data/outside_libraries_e1",
+            "bench/data/outside_libraries_e2")
 
 
 def program_key(family: str, params: dict) -> str:
