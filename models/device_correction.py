@@ -93,6 +93,9 @@ class DeviceCorrection:
     # the chip model and its weight in the log-space blend with the above (0: none)
     chip_model: Predictor | None = None
     chip_model_weight: float = 0.0
+    # how many times `lo` and `hi` the interval reaches: programs of libraries no fit has
+    # seen miss the chip by more than the held-out residuals say (1: as they say)
+    widening: float = 1.0
 
     def log_factor(self, inputs: Sequence[Mapping[str, float]],
                    predicted_seconds: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -114,7 +117,8 @@ class DeviceCorrection:
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(point, lo, hi) on the chip's host for base predictions `seconds`."""
         point = np.asarray(seconds, float) * np.exp(self.log_factor(inputs, seconds))
-        return point, point * np.exp(self.lo), point * np.exp(self.hi)
+        return (point, point * np.exp(self.lo * self.widening),
+                point * np.exp(self.hi * self.widening))
 
     def save(self, file) -> None:
         """Write to `file`, a path or a binary handle (what `atomic_write` passes)."""
@@ -122,7 +126,7 @@ class DeviceCorrection:
                 "rss_added_bytes": self.rss_added_bytes, "about": dict(self.about),
                 "parts": None if self.parts is None else self.parts.meta(),
                 "parts_weight": self.parts_weight, "chip_model": self.chip_model is not None,
-                "chip_model_weight": self.chip_model_weight}
+                "chip_model_weight": self.chip_model_weight, "widening": self.widening}
         extra = {} if self.parts is None else self.parts.arrays()
         if self.chip_model is not None:
             extra.update({CHIP_PREFIX + k: v for k, v in self.chip_model.arrays().items()})
@@ -142,7 +146,8 @@ class DeviceCorrection:
                    rss_added_bytes=float(meta.get("rss_added_bytes", 0.0)),
                    about=meta.get("about", {}), parts=parts,
                    parts_weight=float(meta.get("parts_weight", 0.0)), chip_model=chip,
-                   chip_model_weight=float(meta.get("chip_model_weight", 0.0)))
+                   chip_model_weight=float(meta.get("chip_model_weight", 0.0)),
+                   widening=float(meta.get("widening", 1.0)))
 
 
 def chip_model_log_seconds(model: Predictor, inputs: Sequence[Mapping[str, float]]

@@ -27,7 +27,9 @@ def test_fft_programs_off_the_grid_are_predicted_within_a_fold_and_a_half():
     assert chip['{"kind": "conv1d", "n": 32768, "transforms": 1}'] == pytest.approx(3.81, abs=0.01)
     assert got["median_fold"] == pytest.approx(1.47, abs=0.01)
     assert got["measured_over_predicted"] == pytest.approx(0.81, abs=0.01)
-    assert got["covered"] == pytest.approx(10 / 12)
+    # 10 of 12 inside the interval as the held-out residuals set it; the widening for
+    # libraries no fit has seen (`device_widening`) takes in one more
+    assert got["covered"] == pytest.approx(11 / 12)
     stored = json.loads((ROOT / "bench/results/tpu_spectral.json").read_text())
     assert stored["median_fold"] == pytest.approx(got["median_fold"], abs=1e-9)
 

@@ -21,7 +21,7 @@ import json
 import math
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -298,6 +298,18 @@ def install(model: Path, correction: DeviceCorrection) -> None:
     atomic_write(model / MANIFEST_FILE, lambda handle: handle.write(text.encode()))
 
 
+def carried_widening(correction: DeviceCorrection, model: Path) -> DeviceCorrection:
+    """`correction` with the widening of the step already beside `model`, if any: a refit
+    keeps it until `device_widening` fits it again on the outside suites."""
+    path = model / CORRECTION_FILE
+    if not path.is_file():
+        return correction
+    old = DeviceCorrection.load(path)
+    record = old.about.get("widening")
+    return replace(correction, widening=old.widening,
+                   about={**correction.about, **({"widening": record} if record else {})})
+
+
 def write_held_out(p: Pairs, correction: np.ndarray, path: Path) -> None:
     """Each program's chip label and library-held-out prediction (s): the misses named."""
     frame = p.frame[["library", "device", "base"]].rename_axis("key").reset_index()
@@ -389,7 +401,8 @@ def main(argv=None) -> int:
                      "residual_fold": round(labels.residual_fold, 3)}}
         chip_model = None if sweep is None else device_one_model.fit_chip_model(
             *device_one_model.training_set(sweep, p.frame))
-        correction = fit(p, about, parts, (correction, held), chip_model)
+        correction = carried_widening(fit(p, about, parts, (correction, held), chip_model),
+                                      args.model)
         install(args.model, correction)
         write_card_section(args.model, card_section(figures, correction.about))
         print(f"installed {args.model / CORRECTION_FILE}", file=sys.stderr)
