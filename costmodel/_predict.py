@@ -171,7 +171,7 @@ def predict_features(features: Features, model=None) -> Prediction:
     if artifact.device_correction is not None:
         # moved to the chip's own host (a TPU VM); the scale is that host's over the one
         # the correction was fitted on (`costmodel calibrate --backend tpu`)
-        out = artifact.on_device([inputs], out)
+        out = artifact.on_device([inputs], out, distance)
     seconds, seconds_iv = triple("compile_seconds", scale)
     # an unsure calibration widens the compile-time interval, never the memory ones
     seconds_iv = widen_interval(seconds, *seconds_iv, calibration.log_uncertainty)

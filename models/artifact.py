@@ -83,13 +83,17 @@ class Artifact:
                     for t in self.manifest["targets"]}
         return self.on_device(inputs, self.predictor.predict(inputs))
 
-    def on_device(self, inputs: list[dict[str, float]], out: dict) -> dict:
+    def on_device(self, inputs: list[dict[str, float]], out: dict,
+                  distance: np.ndarray | None = None) -> dict:
         """`out` (the predictor's) with compile time and host memory moved to the chip's
-        host when the model has a device correction; as it is otherwise."""
+        host when the model has a device correction; as it is otherwise. `distance`: each
+        program's from the training rows, if already measured."""
         correction = self.device_correction
         if correction is None or "compile_seconds" not in out:
             return out
-        point, lo, hi = correction.apply(inputs, out["compile_seconds"]["point"])
+        if distance is None and correction.widening.uses_distance:
+            distance = self.predictor.distance(inputs)
+        point, lo, hi = correction.apply(inputs, out["compile_seconds"]["point"], distance)
         moved = {**out, "compile_seconds": {"point": point, "lo": lo, "hi": hi}}
         if correction.rss_added_bytes and "peak_rss_bytes" in out:
             moved["peak_rss_bytes"] = {k: np.asarray(v, float) + correction.rss_added_bytes

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from .forest import FlatForest
+from .novelty import Widening
 from .predictor import Predictor
 
 CORRECTION_FILE = "device_correction.npz"
@@ -93,9 +94,10 @@ class DeviceCorrection:
     # the chip model and its weight in the log-space blend with the above (0: none)
     chip_model: Predictor | None = None
     chip_model_weight: float = 0.0
-    # how many times `lo` and `hi` the interval reaches: programs of libraries no fit has
-    # seen miss the chip by more than the held-out residuals say (1: as they say)
-    widening: float = 1.0
+    # how far past `lo` and `hi` the interval reaches, growing with a program's distance
+    # from the training rows: programs of libraries no fit has seen miss the chip by more
+    # than the held-out residuals say (`Widening()`: as they say)
+    widening: Widening = field(default_factory=Widening)
 
     def log_factor(self, inputs: Sequence[Mapping[str, float]],
                    predicted_seconds: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -113,12 +115,16 @@ class DeviceCorrection:
         w = self.chip_model_weight
         return (1.0 - w) * step + w * (chip_model_log_seconds(self.chip_model, inputs) - base)
 
-    def apply(self, inputs: Sequence[Mapping[str, float]], seconds: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(point, lo, hi) on the chip's host for base predictions `seconds`."""
+    def apply(self, inputs: Sequence[Mapping[str, float]], seconds: np.ndarray,
+              distance: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(point, lo, hi) on the chip's host for base predictions `seconds`; `distance`:
+        each program's from the training rows, which a widening that grows with it needs."""
         point = np.asarray(seconds, float) * np.exp(self.log_factor(inputs, seconds))
-        return (point, point * np.exp(self.lo * self.widening),
-                point * np.exp(self.hi * self.widening))
+        if self.widening.uses_distance and distance is None:
+            raise ValueError("this device correction's interval widens with the distance "
+                             "from the training rows: pass each program's")
+        scale = self.widening.scale(np.zeros(len(point)) if distance is None else distance)
+        return point, point * np.exp(self.lo * scale), point * np.exp(self.hi * scale)
 
     def save(self, file) -> None:
         """Write to `file`, a path or a binary handle (what `atomic_write` passes)."""
@@ -126,7 +132,8 @@ class DeviceCorrection:
                 "rss_added_bytes": self.rss_added_bytes, "about": dict(self.about),
                 "parts": None if self.parts is None else self.parts.meta(),
                 "parts_weight": self.parts_weight, "chip_model": self.chip_model is not None,
-                "chip_model_weight": self.chip_model_weight, "widening": self.widening}
+                "chip_model_weight": self.chip_model_weight,
+                "widening": self.widening.as_dict()}
         extra = {} if self.parts is None else self.parts.arrays()
         if self.chip_model is not None:
             extra.update({CHIP_PREFIX + k: v for k, v in self.chip_model.arrays().items()})
@@ -147,7 +154,13 @@ class DeviceCorrection:
                    about=meta.get("about", {}), parts=parts,
                    parts_weight=float(meta.get("parts_weight", 0.0)), chip_model=chip,
                    chip_model_weight=float(meta.get("chip_model_weight", 0.0)),
-                   widening=float(meta.get("widening", 1.0)))
+                   widening=_widening(meta.get("widening")))
+
+
+def _widening(saved) -> Widening:
+    """A saved widening: its `as_dict`, a bare factor, or none."""
+    return Widening(factor=float(saved)) if isinstance(saved, (int, float)) \
+        else Widening.from_dict(saved)
 
 
 def chip_model_log_seconds(model: Predictor, inputs: Sequence[Mapping[str, float]]

@@ -13,14 +13,23 @@ WIDENING_START = "Programs of libraries no fit had seen"
 def widening_line(report: dict) -> str:
     """The card's line on the interval's widening (`device_widening`'s report)."""
     before = report["coverage_before"].values()
+    if report.get("power"):
+        rule = (f"{report['factor']:.2f} x max(1, d / {report['onset']:.1f}) ^ "
+                f"{report['power']:g}, d the program's distance from the training rows (a "
+                f"mean {report['mean_scale']:.2f} for those programs"
+                + (f", {report['held_out_mean_scale']:.2f} for the libraries held out above"
+                   if "held_out_mean_scale" in report else "") + ")")
+    else:
+        rule = f"{report['factor']:.2f}"
+    held = (f"; the libraries held out above {100 * report['held_out_coverage_after']:.0f}%"
+            if "held_out_coverage_after" in report else "")
     return (f"{WIDENING_START} (outside suites scored as shipped before any joined a fit, "
             f"{report['programs']} programs of {report['libraries']} libraries) fell inside "
             f"the interval above {100 * min(before):.0f}-{100 * max(before):.0f}% of the "
-            f"time, so `predict` multiplies its log offsets by {report['factor']:.2f}: "
+            f"time, so `predict` multiplies its log offsets by {rule}: "
             f"{100 * report['coverage_library_held_out']:.0f}% of those programs fall inside, "
-            "each library scored against a factor fitted without it "
-            "(`training/evaluation/device_widening.py`). Programs like the corpus's get an "
-            "interval wider than they need.")
+            f"each library scored against a rule fitted without it{held} "
+            "(`training/evaluation/device_widening.py`).")
 
 
 def card_section(figures: dict, about: dict) -> str:
