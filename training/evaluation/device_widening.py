@@ -13,9 +13,9 @@ the programs it must not widen past need. Without them, one factor for all.
 
     python -m costmodel.training.evaluation.device_widening --model models/default/tpu-v5e \\
         --results bench/results/tpu_outside.json bench/results/tpu_outside_c.json \\
-        bench/results/tpu_outside_de.json \\
+        bench/results/tpu_outside_fft.json bench/results/tpu_outside_de.json \\
         --features bench/data/tpu_outside/features.parquet \\
-        bench/data/tpu_outside/features_de.parquet \\
+        bench/data/tpu_outside/features_de.parquet bench/data/tpu_outside/features_fft.parquet \\
         [--held-out bench/data/tpu_outside/correction_held_out.parquet \\
          --rows training/data/tpu-v5e] [--json bench/results/tpu_widening.json] [--dry-run]
 
