@@ -37,12 +37,12 @@ import pandas as pd
 
 from costmodel.models.artifact import load
 from costmodel.models.device_correction import CORRECTION_FILE, DeviceCorrection
-from costmodel.models.novelty import Novelty, Widening
+from costmodel.models.novelty import Widening
 
 from ..fitting.device_card import write_widening_line
 from ..fitting.device_correction import install
 from ..fitting.fit import features_frame, libraries
-from .interval_widening import fit_rule, held_out_coverage, inside
+from .interval_widening import fit_rule, held_out_coverage, held_out_distances, inside
 
 COVERAGE = 0.9
 
@@ -84,13 +84,10 @@ def held_out_ratios(held: pd.DataFrame, rows: pd.DataFrame, inputs: dict,
     error = np.log(held["device"].to_numpy(float) / held["predicted"].to_numpy(float))
     ratio = np.abs(error) / np.where(error >= 0, correction.hi, -correction.lo)
     values = features_frame(rows).reindex(columns=list(names)).fillna(0.0).to_numpy(float)
-    library, position = libraries(rows), dict(zip(rows["key"], range(len(rows))))
+    position = dict(zip(rows["key"], range(len(rows))))
     mine = np.array([inputs.get(k) if k in inputs else values[position[k]] if k in position
                      else [np.nan] * len(names) for k in held["key"]], float)
-    distance = np.full(len(held), np.nan)
-    for name in held["library"].unique():
-        at = (held["library"] == name).to_numpy()
-        distance[at] = Novelty.of(values[library != name]).distance(mine[at])
+    distance = held_out_distances(values, libraries(rows), mine, held["library"].to_numpy())
     frame = pd.DataFrame({"ratio": ratio, "library": held["library"], "distance": distance})
     return frame[np.isfinite(frame["distance"])].reset_index(drop=True)
 

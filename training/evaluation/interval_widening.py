@@ -109,13 +109,22 @@ def corpus_ratios(predictions: pd.DataFrame, rows: pd.DataFrame,
     chosen = chosen[chosen["key"].isin(position.index)]
     index = position[chosen["key"].to_numpy()].to_numpy()
     values, library = features_frame(rows).to_numpy(float), libraries(rows)
-    distance = np.empty(len(index))
-    for name in np.unique(library[index]):
-        mine = library[index] == name
-        distance[mine] = Novelty.of(values[library != name]).distance(values[index[mine]])
+    distance = held_out_distances(values, library, values[index], library[index])
     point, lo, hi, actual = (chosen[c].to_numpy(float) for c in ("point", "lo", "hi", "actual"))
     return pd.DataFrame({"ratio": _ratio(quantity, point, lo, hi, actual), "library": library[index],
                          "distance": distance})
+
+
+def held_out_distances(values: np.ndarray, library: np.ndarray, points: np.ndarray,
+                       of: np.ndarray) -> np.ndarray:
+    """Each of `points` (model inputs, one row each, of library `of`) its distance from
+    the training rows `values` of every other library, as a fold model with its library
+    held out saw them."""
+    distance = np.empty(len(points))
+    for name in np.unique(of):
+        mine = of == name
+        distance[mine] = Novelty.of(values[library != name]).distance(points[mine])
+    return distance
 
 
 def library_quantile(ratio, library, coverage: float = 0.9) -> float:
