@@ -101,10 +101,12 @@ def _scan_alternative(features: Features, traced, model) -> Alternative | None:
                                               repeats)
     if repeats < MIN_REPEATS:  # layers of differing shapes: too few of one shape in a row
         return None
-    rewritten = _rewrite.as_scan(traced.jaxpr, start, size, repeats)
+    # the layers' own weights stacked, as the scanned-layer idioms take them
+    rewritten = _rewrite.as_scan(traced.jaxpr, start, size, repeats, stacked_arguments=True)
     if rewritten is None:
         return None
-    rewritten = _rewrite.scan_remaining(*rewritten, min_repeats=MIN_REPEATS)
+    rewritten = _rewrite.scan_remaining(*rewritten, min_repeats=MIN_REPEATS,
+                                        stacked_arguments=True)
     seconds = _predict_program(*rewritten, features.backend, features.target, model)
     where = f" starting at {block['source']}" if block.get("source") else ""
     return _scan(seconds, repeats, f"{size} operations{where}",

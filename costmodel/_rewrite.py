@@ -127,9 +127,17 @@ def same_shaped_run(eqns, start: int, size: int, repeats: int) -> tuple[int, int
     return start + best_start * size, best_len
 
 
-def as_scan(closed_jaxpr, start: int, size: int, repeats: int, min_scanned: int = MIN_SCANNED):
+def as_scan(closed_jaxpr, start: int, size: int, repeats: int, min_scanned: int = MIN_SCANNED,
+            stacked_arguments: bool = False):
     """A function computing `closed_jaxpr` with the repeated blocks run by `lax.scan`:
     the longest run of them whose operands have the same shapes (`same_shaped_run`).
+
+    `stacked_arguments`: the steps' own program arguments (a layer's weights) come in
+    stacked, one argument each after the others, and the steps' values the program
+    returns (their gradients) go out stacked, one result each after the others, as a
+    program written with scanned layers (`nn.scan`, `hk.layer_stack`) takes and gives
+    them; else the signature is the original's, the arguments stacked inside and the
+    results sliced out row by row.
 
     Returns (fn, arg_shapes) to lower, or None when the blocks cannot be chained or fewer
     than `min_scanned` of them can.
@@ -189,14 +197,32 @@ def as_scan(closed_jaxpr, start: int, size: int, repeats: int, min_scanned: int 
     needed = ({v for k in range(repeats) for v in ios[k][0] if v not in replaced}
               | {found[0] for found in rows.values() if found} | read_after)
     before = _live(eqns[:start], needed)
+    arguments, returned = (_stacked_io(jaxpr, ios, idx["xs"], rows, stacked, carried,
+                                       _read_by(before + rest, (), reads))
+                           if stacked_arguments else ({}, {}))
+    kept_args = [v for v in jaxpr.invars
+                 if not any(v in steps for steps in arguments.values())]
+    # a stacked argument's rows that code outside the loop reads (a backward pass)
+    outside = _read_by(before + rest, (), reads)
+    row_of = {v: (i, k) for i, steps in arguments.items() for k, v in enumerate(steps)
+              if v in outside}
+    # every per-step input read from the end of its array backwards (a backward pass):
+    # one scan in reverse over the arrays as they are, as the gradient of a scan runs
+    backward = bool(idx["xs"]) and all(rows[i] and rows[i][2] == -1 for i in idx["xs"])
+
+    def row(k: int) -> int:  # where step k's values lie in the scan's stacked outputs
+        return repeats - 1 - k if backward else k
 
     def fn(*args):
         env = dict(zip(jaxpr.constvars, closed_jaxpr.consts))
-        env.update(zip(jaxpr.invars, args))
+        env.update(zip(kept_args, args))
+        whole = dict(zip(arguments, args[len(kept_args):]))
+        for v, (i, k) in row_of.items():
+            env[v] = lax.index_in_dim(whole[i], k, keepdims=False)
         _eval_eqns(before, env)
         read = _reader(env)
         carry0 = [read(ios[0][0][i]) for i in idx["carry"]]
-        xs = [_read_rows(read, rows[i], repeats) if rows[i]
+        xs = [whole[i] if i in whole else _read_rows(read, rows[i], repeats, backward) if rows[i]
               else jnp.stack([read(ios[k][0][i]) for k in range(repeats)]) for i in idx["xs"]]
         consts = [read(ios[0][0][i]) for i in idx["const"]]
 
@@ -212,24 +238,54 @@ def as_scan(closed_jaxpr, start: int, size: int, repeats: int, min_scanned: int 
             new_carry = [local[first_outputs[plan.carry_source[i]]] for i in idx["carry"]]
             return new_carry, [local[first_outputs[j]] for j in stacked]
 
-        final, ys = lax.scan(body, carry0, xs, length=repeats)
+        final, ys = lax.scan(body, carry0, xs, length=repeats, reverse=backward)
         for i, value in zip(idx["carry"], final):
             env[ios[-1][1][plan.carry_source[i]]] = value
         # other outputs of any block used after the loop come from the stacked ys
         for k in range(repeats):
             for j, y in zip(stacked, ys):
-                if ios[k][1][j] in read_after and ios[k][1][j] not in env:
-                    env[ios[k][1][j]] = y[k]
-        special = {id(after[n]): _restack(ys[position], *how)
-                   for n, (position, *how) in restacked.items()}
+                if (ios[k][1][j] in read_after and ios[k][1][j] not in env
+                        and j not in returned):
+                    env[ios[k][1][j]] = y[row(k)]
+        special = {id(after[n]): _restack(ys[position], at, count,
+                                          repeats - low - count if backward else low,
+                                          backwards != backward)
+                   for n, (position, at, count, low, backwards) in restacked.items()}
         _eval_eqns(rest, env, special)
-        return [_reader(env)(v) for v in jaxpr.outvars]
+        gone = {v for steps in returned.values() for v in steps}
+        return ([_reader(env)(v) for v in jaxpr.outvars if v not in gone]
+                + [ys[stacked.index(j)] for j in returned])
 
-    shapes = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in jaxpr.invars]
+    shapes = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in kept_args]
+    shapes += [jax.ShapeDtypeStruct((repeats, *steps[0].aval.shape), steps[0].aval.dtype)
+               for steps in arguments.values()]
     return fn, shapes
 
 
-def scan_remaining(fn, shapes, min_repeats: int):
+def _stacked_io(jaxpr, ios, xs: list[int], rows: dict, stacked: list[int], carried: set,
+                read_outside: set) -> tuple[dict, dict]:
+    """For `as_scan(..., stacked_arguments=True)`: {xs input: its steps' values} where each
+    step reads a program argument of its own, and {stacked output: its steps' values}
+    where each step's value is a program result that nothing else reads."""
+    steps = len(ios)
+    inputs = set(jaxpr.invars)
+    arguments = {}
+    for i in xs:
+        values = [ios[k][0][i] for k in range(steps)]
+        if not rows[i] and all(v in inputs for v in values) and len(set(values)) == steps:
+            arguments[i] = values
+    results = set(jaxpr.outvars)
+    returned = {}
+    for j in stacked:
+        values = [ios[k][1][j] for k in range(steps)]
+        if (j not in carried and len(set(values)) == steps
+                and all(v in results and v not in read_outside for v in values)
+                and sum(v in values for v in jaxpr.outvars) == steps):
+            returned[j] = values
+    return arguments, returned
+
+
+def scan_remaining(fn, shapes, min_repeats: int, stacked_arguments: bool = False):
     """`(fn, shapes)` with the unrolled runs still left in it scanned too, longest first.
 
     The gradient of an unrolled loop repeats twice, forward and backward, and a user's
@@ -247,7 +303,7 @@ def scan_remaining(fn, shapes, min_repeats: int):
             eqns, [*closed.jaxpr.constvars, *closed.jaxpr.invars])
         # the rows an earlier scan's outputs are read back by repeat too: glue, not a loop
         glue = all(e.primitive.name in _DATA_MOVEMENT for e in eqns[start:start + size])
-        rewritten = (as_scan(closed, start, size, repeats, min_repeats)
+        rewritten = (as_scan(closed, start, size, repeats, min_repeats, stacked_arguments)
                      if repeats >= min_repeats and not glue else None)
         if rewritten is None:
             break

@@ -35,9 +35,9 @@ def _rows_of(eqns, values: list) -> tuple | None:
     return array, first, step
 
 
-def _read_rows(read, rows: tuple, count: int):
-    """The `count` rows `_rows_of` found, as one array (reversed when they run
-    backwards)."""
+def _read_rows(read, rows: tuple, count: int, in_reverse: bool = False):
+    """The `count` rows `_rows_of` found, as one array (reversed when they run backwards,
+    unless a scan runs over it `in_reverse`)."""
     from jax import lax
 
     array, first, step = rows
@@ -45,7 +45,7 @@ def _read_rows(read, rows: tuple, count: int):
     low = first if step == 1 else first - count + 1
     if (low, count) != (0, value.shape[0]):
         value = lax.slice_in_dim(value, low, low + count)
-    return value if step == 1 else lax.rev(value, (0,))
+    return value if step == 1 or in_reverse else lax.rev(value, (0,))
 
 
 def _restacks(eqns, steps: list[list]) -> dict:

@@ -238,3 +238,28 @@ def test_fft_programs_outside_the_spectral_family_on_the_chip_as_shipped():
     [denoiser] = [row for key, row in chip.items() if '"samples": 22050' in key]
     assert denoiser["raw"] == pytest.approx(41.30, abs=0.01)
     assert denoiser["raw"] / denoiser["ours"] == pytest.approx(17.7, abs=0.1)
+
+
+def test_the_fourth_and_fifth_suites_chip_error_beside_their_deviceless_compiles_here():
+    """The 72 programs of the fourth and fifth suites compiled deviceless on a 2-core
+    machine without a chip: the base model misses those compiles about as far as the
+    shipped model misses the chip's, and those compiles times one constant predict the
+    chip no better than the model does."""
+    from pathlib import Path
+
+    from conftest import bench_module
+
+    data = Path(__file__).parents[1] / "bench"
+    got = bench_module("tpu_outside").split(
+        data / "results/tpu_outside_de.json", [data / "data/tpu_outside/deviceless_here_de.jsonl"],
+        data / "data/tpu_outside/features_de.parquet")
+    assert got["programs"] == 72
+    assert got["chip_as_predicted"]["median_fold"] == pytest.approx(1.473, abs=0.001)
+    base = got["base_against_deviceless_here"]
+    assert base["median_fold"] == pytest.approx(1.515, abs=0.001)
+    assert base["level"] == pytest.approx(0.559, abs=0.001)  # this machine against the sweep's
+    measured = got["deviceless_here_times_one_constant"]
+    assert measured["median_fold"] == pytest.approx(1.486, abs=0.001)
+    assert measured["level"] == pytest.approx(1.618, abs=0.001)  # the chip's host, slower
+    assert got["step_predicted_against_measured"]["median_fold"] == pytest.approx(1.399, abs=0.001)
+    assert got["error_correlation"] == pytest.approx(0.821, abs=0.001)

@@ -254,3 +254,47 @@ def test_a_deviceless_tpu_row_carries_its_compile_stages(monkeypatch):
     assert result[column("backend")] is None  # no CPU phases on a TPU row
     passes = json.loads(result[phases.PASSES_COLUMN])
     assert 0 < sum(passes.values()) < stages["tpu_hlo"]
+
+
+def test_the_chip_runner_compiles_deviceless_alone_on_a_host_without_a_chip(tmp_path):
+    """`tpu_device_run.py --deviceless-only` (needs libtpu and flatbuffers): each exported
+    program compiled deviceless here, its stages logged, and no chip asked for."""
+    from conftest import corpus_library_missing
+
+    try:
+        import flatbuffers  # noqa: F401
+        import libtpu  # noqa: F401
+    except ImportError:
+        corpus_library_missing("libtpu or flatbuffers is not installed (pip install -e '.[tpu]')")
+    import jax
+    import jax.numpy as jnp
+
+    programs = []
+    for i, n in enumerate((64, 96)):
+        spec = jax.ShapeDtypeStruct((n, n), jnp.float32)
+        exported = jax.export.export(jax.jit(lambda x: jnp.tanh(x @ x).sum()),
+                                     platforms=["tpu"])(spec)
+        (tmp_path / f"p{i}.bin").write_bytes(exported.serialize())
+        programs.append({"name": f"p{i}", "file": f"p{i}.bin", "key": f"tanh_dot|{n}",
+                         "x64": False, "here_s": 0.1})
+    (tmp_path / "manifest.json").write_text(json.dumps({"programs": programs}))
+    out = tmp_path / "rows.jsonl"
+    run = Path(__file__).resolve().parents[1] / "bench" / "evaluations" / "tpu_device_run.py"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
+    done = subprocess.run([sys.executable, str(run), str(tmp_path), "--out", str(out),
+                           "--deviceless-only", "--stages"], capture_output=True, text=True,
+                          env=env, timeout=300)
+    if done.returncode and "TPU" in done.stderr[-2000:] and "topology" in done.stderr[-2000:]:
+        corpus_library_missing(f"no deviceless TPU compile here: {done.stderr[-300:]}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert lines[0]["environment"]["libtpu_version"]
+    rows = lines[1:]
+    assert [r["key"] for r in rows] == ["tanh_dot|64", "tanh_dot|96"]
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert "device_s" not in r and "ref_device_s" not in r
+        assert len(r["deviceless_s"]) == 1 and 0 < r["deviceless_s"][0] < 60
+        assert len(r["ref_deviceless_s"]) == 1 and r["ref_deviceless_s"][0] > 0
+        (stages,) = r["deviceless_stages"]
+        assert set(stages) == set(STAGES) and stages["tpu_end_to_end"] <= r["deviceless_s"][0]

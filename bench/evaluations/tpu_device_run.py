@@ -16,6 +16,9 @@ order shuffled from `--order-seed` (the first pass in manifest order without one
 program is compiled early and late in the process: the process warms for hundreds of
 compiles (`training/fitting/device_labels.py` takes that out of the labels).
 
+With `--deviceless-only` no chip is needed: each program compiles deviceless on this host
+only (a machine without a TPU, for the deviceless half of a program's chip label).
+
 With `--stages` each chip and deviceless compile also records libtpu's own stage seconds
 (HLO passes, backend passes, code generation, end to end) from its INFO log, read by the
 harness's `measure/tpu_phases.py` (loaded from this tree by path).
@@ -107,6 +110,8 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=1)
     parser.add_argument("--order-seed", type=int, default=None,
                         help="shuffle every pass's order (pass k from seed + k)")
+    parser.add_argument("--deviceless-only", action="store_true",
+                        help="compile deviceless only, on a host without a chip")
     parser.add_argument("--rss-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rss_child:
@@ -129,11 +134,12 @@ def main() -> None:
     fired: list[float] = []
     jax.monitoring.register_event_duration_secs_listener(
         lambda name, secs, **_: fired.append(secs) if name == BACKEND_COMPILE_EVENT else None)
-    chip = jax.devices()[0]
-    places = {"device": SingleDeviceSharding(chip),
-              "deviceless": SingleDeviceSharding(
-                  topologies.get_topology_desc(topology_name="v5e:2x2",
-                                               platform="tpu").devices[0])}
+    compile_only = topologies.get_topology_desc(topology_name="v5e:2x2",
+                                                platform="tpu").devices[0]
+    chip = compile_only if args.deviceless_only else jax.devices()[0]
+    places = {"deviceless": SingleDeviceSharding(compile_only)}
+    if not args.deviceless_only:
+        places["device"] = SingleDeviceSharding(chip)
     build_reference = _reference()
 
     staged: dict[str, list] = {}  # "device"/"deviceless" -> stage seconds of each compile
@@ -164,7 +170,8 @@ def main() -> None:
     env = {"jax_version": jax.__version__, "libtpu_version": _version("libtpu"),
            "device_kind": chip.device_kind, "host_cpu_count": os.cpu_count(),
            "cpu_model": _cpu_model(), "hostname": platform.node()}
-    reference("device"), reference("deviceless")  # warm both compilers
+    for where in places:  # warm the compilers
+        reference(where)
     with open(args.out, "a") as out:
         out.write(json.dumps({"environment": env}) + "\n")
         chosen = [e for e in manifest["programs"][args.skip:] if "file" in e and (
@@ -185,18 +192,24 @@ def main() -> None:
                 def fresh():  # a new function object per compile: no tracing cache hit
                     return lambda *a: exported.call(*a)
 
-                row["ref_device_s"] = [reference("device")]
-                first, rss = compile_seconds(fresh(), avals, "device", rss=True)
-                row["device_s"], row["device_rss_bytes"] = [first], rss
-                if first < 3.0:
-                    row["ref_device_s"].append(reference("device"))
-                    row["device_s"].append(compile_seconds(fresh(), avals, "device")[0])
-                if first < args.fresh_rss_below_s:
-                    row["fresh_deviceless_rss_bytes"] = _fresh_rss_child(
-                        args.artifacts, entry, timeout=max(60.0, 10 * first))
-                if first < args.deviceless_below_s:
+                def deviceless():
                     row["ref_deviceless_s"] = [reference("deviceless")]
                     row["deviceless_s"] = [compile_seconds(fresh(), avals, "deviceless")[0]]
+
+                if args.deviceless_only:
+                    deviceless()
+                else:
+                    row["ref_device_s"] = [reference("device")]
+                    first, rss = compile_seconds(fresh(), avals, "device", rss=True)
+                    row["device_s"], row["device_rss_bytes"] = [first], rss
+                    if first < 3.0:
+                        row["ref_device_s"].append(reference("device"))
+                        row["device_s"].append(compile_seconds(fresh(), avals, "device")[0])
+                    if first < args.fresh_rss_below_s:
+                        row["fresh_deviceless_rss_bytes"] = _fresh_rss_child(
+                            args.artifacts, entry, timeout=max(60.0, 10 * first))
+                    if first < args.deviceless_below_s:
+                        deviceless()
                 row.update({f"{where}_stages": got for where, got in staged.items()})
                 row["status"] = "ok"
             except Exception as exc:  # a program that fails here is a row, not a stop

@@ -24,6 +24,14 @@ fitted on the other programs (leave one out).
         --labels-with bench/data/tpu_device/*.jsonl bench/data/tpu_outside/outside[1-7]*.jsonl
 
 In the manifest `here_s` is the model's chip prediction (what `--max-here-s` filters by).
+
+`split` takes a scored suite's chip error apart with the same artifacts compiled
+deviceless on a machine without a chip (`tpu_device_run.py --deviceless-only`): how far
+the base model misses those compiles, and how far they stand from the chip's:
+
+    python bench/evaluations/tpu_outside.py split bench/results/tpu_outside_de.json \\
+        --deviceless bench/data/tpu_outside/deviceless_here_de.jsonl \\
+        --features bench/data/tpu_outside/features_de.parquet
 """
 
 from __future__ import annotations
@@ -297,6 +305,51 @@ def score(paths, manifest_path: Path, context=None) -> dict:
     return result
 
 
+def level_removed(predicted, measured) -> dict:
+    """`folds` after each program's predictions are scaled by the median log ratio of the
+    others (leave one out): the spread a constant cannot take away, and that constant."""
+    logs = [math.log(m / p) for p, m in zip(predicted, measured)]
+    moved = [p * math.exp(statistics.median(logs[:i] + logs[i + 1:]))
+             for i, p in enumerate(predicted)]
+    return {**folds(moved, measured), "level": math.exp(statistics.median(logs))}
+
+
+def split(scored: Path, deviceless_rows, features_path: Path) -> dict:
+    """The chip's error of a scored suite beside the base model's error against the same
+    programs compiled deviceless here, and the step between here and the chip."""
+    import pandas as pd
+
+    from costmodel.models import load_default
+
+    chip = {r["key"]: r["measured"] for r in json.loads(scored.read_text())["rows"]}
+    here: dict[str, list[float]] = {}
+    for path in deviceless_rows:
+        for line in Path(path).read_text().splitlines():
+            r = json.loads(line)
+            if r.get("status") == "ok" and r.get("deviceless_s"):
+                here.setdefault(r["key"].rsplit("|tpu|", 1)[0], []).extend(r["deviceless_s"])
+    frame = pd.read_parquet(features_path).drop_duplicates("key").set_index("key")
+    keys = sorted(k for k in chip if k in here and k in frame.index)
+    artifact = load_default("tpu", "v5e")
+    inputs = [{n: float(frame.loc[k, "f_" + n]) for n in artifact.predictor.feature_names}
+              for k in keys]
+    base, _ = base_predictions(artifact, inputs)
+    on_chip = artifact.predict(inputs)["compile_seconds"]["point"]
+    measured = [chip[k] for k in keys]
+    deviceless = [statistics.median(here[k]) for k in keys]
+    step_measured = [m / d for m, d in zip(measured, deviceless)]
+    step_predicted = [c / b for c, b in zip(on_chip, base)]
+    errors = ([math.log(d / b) for d, b in zip(deviceless, base)],
+              [math.log(m / c) for m, c in zip(measured, on_chip)])
+    return {"programs": len(keys), "model": artifact.version,
+            "chip_as_predicted": folds(list(on_chip), measured),
+            "base_against_deviceless_here": level_removed(list(base), deviceless),
+            "deviceless_here_times_one_constant": level_removed(deviceless, measured),
+            "step_predicted_against_measured": level_removed(step_predicted, step_measured),
+            "base_times_one_constant": level_removed(list(base), measured),
+            "error_correlation": statistics.correlation(*errors)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -313,6 +366,12 @@ def main() -> None:
     p = sub.add_parser("normalize")
     p.add_argument("pairs", nargs="+", help="ROWS=CALIBRATION_ROWS or ROWS=1")
     p.add_argument("--out", type=Path, required=True)
+    p = sub.add_parser("split")
+    p.add_argument("scored", type=Path, help="a suite's `score --json` result")
+    p.add_argument("--deviceless", nargs="+", required=True,
+                   help="tpu_device_run.py --deviceless-only rows of its artifacts")
+    p.add_argument("--features", type=Path, required=True)
+    p.add_argument("--json", type=Path)
     p = sub.add_parser("score")
     p.add_argument("paths", nargs="+")
     p.add_argument("--manifest", type=Path, required=True)
@@ -333,6 +392,12 @@ def main() -> None:
         return
     if args.command == "rebase":
         rebase(args.out)
+        return
+    if args.command == "split":
+        result = split(args.scored, args.deviceless, args.features)
+        print(json.dumps(result, indent=1))
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=1) + "\n")
         return
     result = score(args.paths, args.manifest, args.labels_with)
     text = json.dumps(result, indent=1)
