@@ -197,13 +197,12 @@ def as_scan(closed_jaxpr, start: int, size: int, repeats: int, min_scanned: int 
     needed = ({v for k in range(repeats) for v in ios[k][0] if v not in replaced}
               | {found[0] for found in rows.values() if found} | read_after)
     before = _live(eqns[:start], needed)
-    arguments, returned = (_stacked_io(jaxpr, ios, idx["xs"], rows, stacked, carried,
-                                       _read_by(before + rest, (), reads))
+    outside = _read_by(before + rest, (), reads)  # what the code around the loop reads
+    arguments, returned = (_stacked_io(jaxpr, ios, idx["xs"], rows, stacked, carried, outside)
                            if stacked_arguments else ({}, {}))
     kept_args = [v for v in jaxpr.invars
                  if not any(v in steps for steps in arguments.values())]
     # a stacked argument's rows that code outside the loop reads (a backward pass)
-    outside = _read_by(before + rest, (), reads)
     row_of = {v: (i, k) for i, steps in arguments.items() for k, v in enumerate(steps)
               if v in outside}
     # every per-step input read from the end of its array backwards (a backward pass):
