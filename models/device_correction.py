@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +114,12 @@ class DeviceCorrection:
             return step
         w = self.chip_model_weight
         return (1.0 - w) * step + w * (chip_model_log_seconds(self.chip_model, inputs) - base)
+
+    def widened(self, widening: Widening, record: Mapping | None) -> DeviceCorrection:
+        """This correction with `widening`, and `record` (what it was fitted on, if known)
+        in what it says about itself."""
+        about = {**self.about, **({"widening": dict(record)} if record else {})}
+        return replace(self, widening=widening, about=about)
 
     def apply(self, inputs: Sequence[Mapping[str, float]], seconds: np.ndarray,
               distance: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

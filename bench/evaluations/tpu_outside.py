@@ -333,8 +333,9 @@ def split(scored: Path, deviceless_rows, features_path: Path) -> dict:
     artifact = load_default("tpu", "v5e")
     inputs = [{n: float(frame.loc[k, "f_" + n]) for n in artifact.predictor.feature_names}
               for k in keys]
-    base, _ = base_predictions(artifact, inputs)
-    on_chip = artifact.predict(inputs)["compile_seconds"]["point"]
+    predicted = artifact.predictor.predict(inputs)  # the base model's, then on the chip
+    base = predicted["compile_seconds"]["point"]
+    on_chip = artifact.on_device(inputs, predicted)["compile_seconds"]["point"]
     measured = [chip[k] for k in keys]
     deviceless = [statistics.median(here[k]) for k in keys]
     step_measured = [m / d for m, d in zip(measured, deviceless)]

@@ -54,7 +54,8 @@ def main() -> None:
 
     seconds = []
     for _ in range(5):
-        lowered = jax.jit(build_reference()[0]).trace(*build_reference()[1]).lower()
+        fn, args = build_reference()
+        lowered = jax.jit(fn).trace(*args).lower()
         start = time.perf_counter()
         lowered.compile()
         seconds.append(time.perf_counter() - start)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -118,8 +117,7 @@ def fit(bench: pd.DataFrame, corpus: pd.DataFrame | None = None,
 
 def widened(correction: DeviceCorrection, report: dict) -> DeviceCorrection:
     """`correction` with the fitted rule, recorded in what it says it was fitted on."""
-    return replace(correction, widening=Widening.from_dict(report),
-                   about={**correction.about, "widening": report})
+    return correction.widened(Widening.from_dict(report), report)
 
 
 def main(argv=None) -> int:

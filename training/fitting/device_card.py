@@ -110,15 +110,21 @@ def write_widening_line(model: Path, report: dict) -> None:
     if not card.is_file() or CARD_HEADING not in card.read_text():
         return
     text = card.read_text()
-    start = text.index(CARD_HEADING)
-    end = text.find("\n## ", start + 1)
-    end = len(text) if end < 0 else end + 1
+    start, end = _section_span(text)
     lines = [line for line in text[start:end].rstrip("\n").splitlines()
              if not line.startswith(WIDENING_START)]
     at = next((i + 1 for i, line in enumerate(lines) if line.startswith("Of them,")),
               len(lines))
     lines.insert(at, widening_line(report))
     card.write_text(text[:start] + "\n".join(lines) + "\n\n" + text[end:])
+
+
+def _section_span(text: str) -> tuple[int, int]:
+    """Where the card's "On the chip" section starts, and where the next section does (or
+    the card ends)."""
+    start = text.index(CARD_HEADING)
+    end = text.find("\n## ", start + 1)
+    return start, len(text) if end < 0 else end + 1
 
 
 def write_card_section(model: Path, section: str) -> None:
@@ -128,9 +134,8 @@ def write_card_section(model: Path, section: str) -> None:
         return
     text = card.read_text()
     if CARD_HEADING in text:
-        start = text.index(CARD_HEADING)
-        end = text.find("\n## ", start + 1)
-        text = text[:start] + text[end + 1:] if end >= 0 else text[:start]
+        start, end = _section_span(text)
+        text = text[:start] + text[end:]
     at = text.find("## Limits")
     text = text[:at] + section + "\n" + text[at:] if at >= 0 else text + "\n" + section
     card.write_text(text)

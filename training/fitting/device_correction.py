@@ -21,7 +21,7 @@ import json
 import math
 import statistics
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -305,9 +305,7 @@ def carried_widening(correction: DeviceCorrection, model: Path) -> DeviceCorrect
     if not path.is_file():
         return correction
     old = DeviceCorrection.load(path)
-    record = old.about.get("widening")
-    return replace(correction, widening=old.widening,
-                   about={**correction.about, **({"widening": record} if record else {})})
+    return correction.widened(old.widening, old.about.get("widening"))
 
 
 def write_held_out(p: Pairs, correction: np.ndarray, path: Path) -> None:
