@@ -132,11 +132,15 @@ def model_placement(model, backend: str | None, target: str | None) -> tuple[str
     return artifact.backend, artifact.target
 
 
-def predict_features(features: Features, model=None) -> Prediction:
+def predict_features(features: Features, model=None, process_state: str = "fresh"
+                     ) -> Prediction:
     """Predict from already extracted features (what the HTTP API does with StableHLO).
 
     `model` is a `costmodel.models.Artifact` or its folder; by default the shipped model
-    for the features' backend and target. A model trained without some target (its rows
+    for the features' backend and target. `process_state` (a TPU chip's model): `"fresh"`,
+    a compile early in a fresh process (a training script's first jit, an AOT compile), or
+    `"warm"`, in a process that has compiled about a hundred programs (about half as long
+    on the v5e host; `models/default/tpu-v5e/MODEL_CARD.md`). A model trained without some target (its rows
     lacked that label) predicts NaN there. Raises `costmodel.models.NoModelError` when no
     model ships for the features' backend and target, `costmodel.models.ArtifactError`
     when a model is unusable, ValueError when the model is for another backend or target.
@@ -171,7 +175,7 @@ def predict_features(features: Features, model=None) -> Prediction:
     if artifact.device_correction is not None:
         # moved to the chip's own host (a TPU VM); the scale is that host's over the one
         # the correction was fitted on (`costmodel calibrate --backend tpu`)
-        out = artifact.on_device([inputs], out, distance)
+        out = artifact.on_device([inputs], out, distance, process_state)
     seconds, seconds_iv = triple("compile_seconds", scale)
     # an unsure calibration widens the compile-time interval, never the memory ones
     seconds_iv = widen_interval(seconds, *seconds_iv, calibration.log_uncertainty)

@@ -62,15 +62,17 @@ class Stage:
         return self._features[key]
 
     def predict(self, backend: str | None = None, target: str | None = None,
-                model=None) -> Prediction:
+                model=None, process_state: str = "fresh") -> Prediction:
         """Compile time and memory for (backend, target), never compiling.
 
         `model` is a model folder (`costmodel train --out`) or a loaded
         `costmodel.models.Artifact` in place of the shipped default; backend and target
-        then default to the model's.
+        then default to the model's. `process_state`, for a TPU: `"fresh"` (a compile early
+        in a fresh process) or `"warm"` (after about a hundred others in the process).
         """
         backend, target = model_placement(model, backend, target)
-        return predict_features(self.features(backend, target, jaxpr=False), model=model)
+        return predict_features(self.features(backend, target, jaxpr=False), model=model,
+                                process_state=process_state)
 
     def blame(self, backend: str | None = None, target: str | None = None,
               model=None) -> Blame:

@@ -23,7 +23,7 @@ import numpy as np
 from costmodel.features import SCHEMA_VERSION, Placement
 from costmodel.features.schema import OLDEST_READ, features_of
 
-from .device_correction import DeviceCorrection
+from .device_correction import FRESH, DeviceCorrection
 from .predictor import Predictor
 
 MODEL_FILE = "model.npz"
@@ -71,29 +71,34 @@ class Artifact:
     def target(self) -> str:
         return self.manifest["target"]
 
-    def predict(self, inputs: list[dict[str, float]]) -> dict[str, dict[str, np.ndarray]]:
+    def predict(self, inputs: list[dict[str, float]], process_state: str = FRESH
+                ) -> dict[str, dict[str, np.ndarray]]:
         """Predictions for feature dicts keyed by `MODEL_FEATURES` names, in seconds and bytes.
 
         Returns `{target: {"point", "lo", "hi"}}` with one value per input; raises
-        ValueError naming any missing feature.
+        ValueError naming any missing feature. `process_state` (a chip's model only):
+        `"fresh"`, a fresh process's compile, or `"warm"`, the chip labels' state.
         """
         inputs = list(inputs)
         if not inputs:
             return {t: {k: np.array([]) for k in ("point", "lo", "hi")}
                     for t in self.manifest["targets"]}
-        return self.on_device(inputs, self.predictor.predict(inputs))
+        return self.on_device(inputs, self.predictor.predict(inputs),
+                              process_state=process_state)
 
     def on_device(self, inputs: list[dict[str, float]], out: dict,
-                  distance: np.ndarray | None = None) -> dict:
+                  distance: np.ndarray | None = None, process_state: str = FRESH) -> dict:
         """`out` (the predictor's) with compile time and host memory moved to the chip's
         host when the model has a device correction; as it is otherwise. `distance`: each
-        program's from the training rows, if already measured."""
+        program's from the training rows, if already measured; `process_state`: as
+        `predict`'s."""
         correction = self.device_correction
         if correction is None or "compile_seconds" not in out:
             return out
         if distance is None and correction.widening.uses_distance:
             distance = self.predictor.distance(inputs)
-        point, lo, hi = correction.apply(inputs, out["compile_seconds"]["point"], distance)
+        point, lo, hi = correction.apply(inputs, out["compile_seconds"]["point"], distance,
+                                         process_state)
         moved = {**out, "compile_seconds": {"point": point, "lo": lo, "hi": hi}}
         if correction.rss_added_bytes and "peak_rss_bytes" in out:
             moved["peak_rss_bytes"] = {k: np.asarray(v, float) + correction.rss_added_bytes

@@ -13,6 +13,12 @@ ran about 4x slower on the v5e's host than on the sweep machine and its backend 
 per part (HLO passes, backend, the rest) predicting that part's seconds on the sweep
 machine, each part scaled by its factor for the chip's host, blended with the step.
 
+A chip's labels are each program's seconds at the average state of the long processes
+that measured them; a user's compile is most often a fresh process's first (a training
+script's jit, an AOT compile), which on the v5e host took about twice as long. A step may
+carry `FreshProcess`, the factor from one to the other, which predictions apply unless
+asked for the labels' state (`WARM`).
+
 It may also carry a chip model: the cost model's recipe fitted on the sweep rows and the
 chip's together, told the host by one more input (`CHIP_HOST_INPUT`, 1 for the chip's),
 blended in log seconds with the rest (`training.fitting.device_one_model`).
@@ -36,6 +42,39 @@ CORRECTION_FILE = "device_correction.npz"
 BASE_COLUMN = "log_predicted_seconds"
 CHIP_HOST_INPUT = "chip_host"  # the chip model's input: 1 for the chip's host, 0 the sweep's
 CHIP_PREFIX = "chip."  # its arrays' names in the saved file
+# the process states a chip prediction can be for: a fresh process's compile (as sweeps
+# measure a row: the compiler started, then the program), or the labels' warmed state
+FRESH, WARM = "fresh", "warm"
+PROCESS_STATES = (FRESH, WARM)
+
+
+@dataclass(frozen=True)
+class FreshProcess:
+    """A fresh process's compile over the labels' state, for a program of `seconds` at the
+    labels' state: `scale * s ** power`, s clipped to the range of seconds it was fitted
+    on (`low_s`, `high_s`), so the factor never leaves the measured one's range."""
+
+    scale: float
+    power: float
+    low_s: float
+    high_s: float
+    about: Mapping[str, Any] = field(default_factory=dict)
+
+    def factor(self, seconds) -> np.ndarray:
+        clipped = np.clip(np.asarray(seconds, float), self.low_s, self.high_s)
+        return self.scale * clipped ** self.power
+
+    def as_dict(self) -> dict:
+        return {"scale": self.scale, "power": self.power, "low_s": self.low_s,
+                "high_s": self.high_s, "about": dict(self.about)}
+
+    @classmethod
+    def from_dict(cls, saved: Mapping | None) -> FreshProcess | None:
+        if not saved:
+            return None
+        return cls(scale=float(saved["scale"]), power=float(saved["power"]),
+                   low_s=float(saved["low_s"]), high_s=float(saved["high_s"]),
+                   about=saved.get("about", {}))
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,6 +137,8 @@ class DeviceCorrection:
     # from the training rows: programs of libraries no fit has seen miss the chip by more
     # than the held-out residuals say (`Widening()`: as they say)
     widening: Widening = field(default_factory=Widening)
+    # a fresh process's compile over the labels' state (None: predictions at that state)
+    fresh: FreshProcess | None = None
 
     def log_factor(self, inputs: Sequence[Mapping[str, float]],
                    predicted_seconds: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -121,14 +162,29 @@ class DeviceCorrection:
         about = {**self.about, **({"widening": dict(record)} if record else {})}
         return replace(self, widening=widening, about=about)
 
+    def with_fresh(self, fresh: FreshProcess | None) -> DeviceCorrection:
+        """This correction with `fresh` as its fresh-process factor, in what it says about
+        itself too."""
+        about = {k: v for k, v in self.about.items() if k != "fresh_process"}
+        if fresh is not None:
+            about["fresh_process"] = fresh.as_dict()
+        return replace(self, fresh=fresh, about=about)
+
     def apply(self, inputs: Sequence[Mapping[str, float]], seconds: np.ndarray,
-              distance: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(point, lo, hi) on the chip's host for base predictions `seconds`; `distance`:
-        each program's from the training rows, which a widening that grows with it needs."""
+              distance: np.ndarray | None = None, process_state: str = FRESH
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(point, lo, hi) on the chip's host for base predictions `seconds`, in a process of
+        `process_state` (`FRESH`, or `WARM`: the labels' state); `distance`: each program's
+        from the training rows, which a widening that grows with it needs."""
+        if process_state not in PROCESS_STATES:
+            raise ValueError(f"process_state must be one of {', '.join(PROCESS_STATES)}, "
+                             f"not {process_state!r}")
         point = np.asarray(seconds, float) * np.exp(self.log_factor(inputs, seconds))
         if self.widening.uses_distance and distance is None:
             raise ValueError("this device correction's interval widens with the distance "
                              "from the training rows: pass each program's")
+        if self.fresh is not None and process_state == FRESH:
+            point = point * self.fresh.factor(point)
         scale = self.widening.scale(np.zeros(len(point)) if distance is None else distance)
         return point, point * np.exp(self.lo * scale), point * np.exp(self.hi * scale)
 
@@ -139,7 +195,8 @@ class DeviceCorrection:
                 "parts": None if self.parts is None else self.parts.meta(),
                 "parts_weight": self.parts_weight, "chip_model": self.chip_model is not None,
                 "chip_model_weight": self.chip_model_weight,
-                "widening": self.widening.as_dict()}
+                "widening": self.widening.as_dict(),
+                "fresh": None if self.fresh is None else self.fresh.as_dict()}
         extra = {} if self.parts is None else self.parts.arrays()
         if self.chip_model is not None:
             extra.update({CHIP_PREFIX + k: v for k, v in self.chip_model.arrays().items()})
@@ -160,7 +217,8 @@ class DeviceCorrection:
                    about=meta.get("about", {}), parts=parts,
                    parts_weight=float(meta.get("parts_weight", 0.0)), chip_model=chip,
                    chip_model_weight=float(meta.get("chip_model_weight", 0.0)),
-                   widening=_widening(meta.get("widening")))
+                   widening=_widening(meta.get("widening")),
+                   fresh=FreshProcess.from_dict(meta.get("fresh")))
 
 
 def _widening(saved) -> Widening:

@@ -256,9 +256,9 @@ def test_a_deviceless_tpu_row_carries_its_compile_stages(monkeypatch):
     assert 0 < sum(passes.values()) < stages["tpu_hlo"]
 
 
-def test_the_chip_runner_compiles_deviceless_alone_on_a_host_without_a_chip(tmp_path):
-    """`tpu_device_run.py --deviceless-only` (needs libtpu and flatbuffers): each exported
-    program compiled deviceless here, its stages logged, and no chip asked for."""
+def _exported_tanh_dots(tmp_path: Path) -> list[dict]:
+    """Two small programs exported for TPU with their manifest in `tmp_path` (skips
+    without libtpu and flatbuffers)."""
     from conftest import corpus_library_missing
 
     try:
@@ -278,16 +278,30 @@ def test_the_chip_runner_compiles_deviceless_alone_on_a_host_without_a_chip(tmp_
         programs.append({"name": f"p{i}", "file": f"p{i}.bin", "key": f"tanh_dot|{n}",
                          "x64": False, "here_s": 0.1})
     (tmp_path / "manifest.json").write_text(json.dumps({"programs": programs}))
+    return programs
+
+
+def _chip_runner(tmp_path: Path, *flags: str) -> list[dict]:
+    """The lines `tpu_device_run.py` writes for `tmp_path`'s programs, run deviceless."""
+    from conftest import corpus_library_missing
+
     out = tmp_path / "rows.jsonl"
     run = Path(__file__).resolve().parents[1] / "bench" / "evaluations" / "tpu_device_run.py"
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
     done = subprocess.run([sys.executable, str(run), str(tmp_path), "--out", str(out),
-                           "--deviceless-only", "--stages"], capture_output=True, text=True,
+                           "--deviceless-only", *flags], capture_output=True, text=True,
                           env=env, timeout=300)
     if done.returncode and "TPU" in done.stderr[-2000:] and "topology" in done.stderr[-2000:]:
         corpus_library_missing(f"no deviceless TPU compile here: {done.stderr[-300:]}")
     assert done.returncode == 0, done.stderr[-2000:]
-    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def test_the_chip_runner_compiles_deviceless_alone_on_a_host_without_a_chip(tmp_path):
+    """`tpu_device_run.py --deviceless-only` (needs libtpu and flatbuffers): each exported
+    program compiled deviceless here, its stages logged, and no chip asked for."""
+    _exported_tanh_dots(tmp_path)
+    lines = _chip_runner(tmp_path, "--stages")
     assert lines[0]["environment"]["libtpu_version"]
     rows = lines[1:]
     assert [r["key"] for r in rows] == ["tanh_dot|64", "tanh_dot|96"]
@@ -298,3 +312,20 @@ def test_the_chip_runner_compiles_deviceless_alone_on_a_host_without_a_chip(tmp_
         assert len(r["ref_deviceless_s"]) == 1 and r["ref_deviceless_s"][0] > 0
         (stages,) = r["deviceless_stages"]
         assert set(stages) == set(STAGES) and stages["tpu_end_to_end"] <= r["deviceless_s"][0]
+
+
+def test_the_chip_runner_measures_each_program_in_a_fresh_process_as_sweeps_do(tmp_path):
+    """`--fresh-each`: a child process per program, the reference compiled untimed and
+    timed first, then the program three times (under 2 s) with a reference between, and
+    the first compile's host RSS growth; the positions say where each compile sat."""
+    _exported_tanh_dots(tmp_path)
+    lines = _chip_runner(tmp_path, "--fresh-each")
+    assert lines[0]["environment"]["fresh_each"] and lines[0]["environment"]["deviceless_only"]
+    rows = lines[1:]
+    assert [r["key"] for r in rows] == ["tanh_dot|64", "tanh_dot|96"]
+    for r in rows:
+        assert r["status"] == "ok" and r["fresh_process"], r
+        assert len(r["device_s"]) == 3 and all(0 < s < 60 for s in r["device_s"])
+        assert len(r["ref_device_s"]) == 3 and r["positions"] == [2, 4, 6]
+        assert r["device_rss_bytes"] > 0 and r["child_s"] > sum(r["device_s"])
+        assert r["device_kind"] == "TPU v5 lite"

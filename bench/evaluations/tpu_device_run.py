@@ -9,12 +9,18 @@ compilation cache off, and must fire exactly one backend compile. Rows are writt
 
     python bench/evaluations/tpu_device_run.py ARTIFACTS_DIR --out rows.jsonl [--budget-s 480] [--skip N]
         [--max-here-s S] [--fresh-rss-below-s S | --fresh-rss-only] [--stages]
-        [--passes N --order-seed SEED]
+        [--passes N --order-seed SEED] [--fresh-each]
 
 With `--passes N` the process goes through the programs N times, each pass in its own
 order shuffled from `--order-seed` (the first pass in manifest order without one), so each
 program is compiled early and late in the process: the process warms for hundreds of
 compiles (`training/fitting/device_labels.py` takes that out of the labels).
+
+With `--fresh-each` each program compiles on the chip in a process of its own, measured as
+the harness measures a sweep row (`measure/harness.py`): the reference program compiled
+once untimed and once timed, then the program, then up to two more of the program each
+after a timed reference (three under 2 s, two under 15 s), with the host RSS growth of its
+first compile. That is the state of a fresh process a user's first compiles are in.
 
 With `--deviceless-only` no chip is needed: each program compiles deviceless on this host
 only (a machine without a TPU, for the deviceless half of a program's chip label).
@@ -112,14 +118,24 @@ def main() -> None:
                         help="shuffle every pass's order (pass k from seed + k)")
     parser.add_argument("--deviceless-only", action="store_true",
                         help="compile deviceless only, on a host without a chip")
+    parser.add_argument("--fresh-each", action="store_true",
+                        help="each program on the chip in a fresh process, as sweeps measure")
     parser.add_argument("--rss-child", help=argparse.SUPPRESS)
+    parser.add_argument("--fresh-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rss_child:
         print(json.dumps(_fresh_rss(Path(args.artifacts) / args.rss_child)))
         return
+    if args.fresh_child:
+        print(json.dumps(_fresh_compiles(Path(args.artifacts) / args.fresh_child,
+                                         args.deviceless_only)))
+        return
     started = time.monotonic()
     if args.fresh_rss_only:
         _fresh_rss_rows(args, started)
+        return
+    if args.fresh_each:
+        _fresh_process_rows(args, started)
         return
     stages = _stage_log() if args.stages else None
     if stages is not None:  # libtpu reads its log level once, when it starts
@@ -252,6 +268,102 @@ def _fresh_rss_rows(args, started: float) -> None:
                    "status": "ok" if growth is not None else "error",
                    "fresh_deviceless_rss_bytes": growth,
                    "child_s": round(time.monotonic() - t0, 2)}
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+            print(json.dumps(row), flush=True)
+
+
+# compiles before each of a fresh-each row's program compiles (the references included)
+FRESH_POSITIONS = (2, 4, 6)
+
+
+def _repeats(first_s: float) -> int:
+    """How many compiles of a program a sweep row takes (the harness's `repeats_for`)."""
+    return 3 if first_s < 2.0 else 2 if first_s < 15.0 else 1
+
+
+def _fresh_compiles(artifact: Path, deviceless: bool = False) -> dict:
+    """One program on the chip (or deviceless) in this fresh process, as
+    `measure/harness.py` orders a sweep row's compiles; the seconds jax took to open it."""
+    import jax
+    from jax import export
+    from jax.experimental import topologies
+    from jax.sharding import SingleDeviceSharding
+
+    started = time.monotonic()
+    jax.config.update("jax_enable_compilation_cache", False)
+    fired: list[float] = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda name, secs, **_: fired.append(secs) if name == BACKEND_COMPILE_EVENT else None)
+    device = (topologies.get_topology_desc(topology_name="v5e:2x2", platform="tpu").devices[0]
+              if deviceless else jax.devices()[0])
+    sharding = SingleDeviceSharding(device)
+    opened_s = time.monotonic() - started
+    exported = export.deserialize(artifact.read_bytes())
+
+    def seconds(fn, avals, rss=False):
+        specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding) for a in avals]
+        lowered = jax.jit(fn).trace(*specs).lower()
+        mark = len(fired)
+        with PeakRss() as peak:
+            t0 = time.perf_counter()
+            lowered.compile()
+            took = time.perf_counter() - t0
+        if len(fired) - mark != 1:
+            raise RuntimeError(f"expected one backend compile, saw {len(fired) - mark}")
+        return took, peak.growth
+
+    build_reference = _reference()
+    seconds(*build_reference())  # the compiler's start-up, untimed
+    refs = [seconds(*build_reference())[0]]
+    first, growth = seconds(lambda *a: exported.call(*a), exported.in_avals, rss=True)
+    times = [first]
+    for _ in range(_repeats(first) - 1):
+        refs.append(seconds(*build_reference())[0])
+        times.append(seconds(lambda *a: exported.call(*a), exported.in_avals)[0])
+    return {"device_s": times, "ref_device_s": refs, "device_rss_bytes": growth,
+            "positions": list(FRESH_POSITIONS[:len(times)]), "jax_open_s": opened_s,
+            "libtpu_version": _version("libtpu"), "device_kind": device.device_kind}
+
+
+def _fresh_process_rows(args, started: float) -> None:
+    """`--fresh-each`: a row per program, each measured by a child process of its own."""
+    import subprocess
+    import sys
+
+    manifest = json.loads((Path(args.artifacts) / "manifest.json").read_text())
+    chosen = [e for e in manifest["programs"][args.skip:] if "file" in e and (
+        args.max_here_s is None or e["here_s"] <= args.max_here_s)]
+    with open(args.out, "a") as out:
+        out.write(json.dumps({"environment": {
+            "host_cpu_count": os.cpu_count(), "cpu_model": _cpu_model(),
+            "hostname": platform.node(), "fresh_each": True,
+            "deviceless_only": args.deviceless_only}}) + "\n")
+        for _, entry in pass_order(chosen, args.passes, args.order_seed):
+            if time.monotonic() - started > args.budget_s:
+                break
+            env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+            if args.deviceless_only:
+                env.update(JAX_PLATFORMS="cpu", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
+            if entry.get("x64"):
+                env["JAX_ENABLE_X64"] = "1"
+            row = {"name": entry["name"], "key": entry["key"], "fresh_process": True}
+            t0 = time.monotonic()
+            try:
+                done = subprocess.run(
+                    [sys.executable, __file__, args.artifacts, "--out", os.devnull,
+                     "--fresh-child", entry["file"]]
+                    + (["--deviceless-only"] if args.deviceless_only else []),
+                    capture_output=True, text=True,
+                    timeout=max(120.0, 12 * entry["here_s"]), env=env)
+                row.update(json.loads(done.stdout.strip().splitlines()[-1]))
+                row["status"] = "ok"
+            except subprocess.TimeoutExpired:
+                row["status"], row["message"] = "timeout", "the child ran past its limit"
+            except (ValueError, IndexError):
+                row["status"] = "error"
+                row["message"] = (done.stderr.strip().splitlines() or ["no output"])[-1][:400]
+            row["child_s"] = round(time.monotonic() - t0, 2)
             out.write(json.dumps(row) + "\n")
             out.flush()
             print(json.dumps(row), flush=True)

@@ -106,17 +106,26 @@ def card_section(figures: dict, about: dict) -> str:
 
 def write_widening_line(model: Path, report: dict) -> None:
     """Put the widening's line in the card's section, in place of an earlier one."""
+    write_section_line(model, widening_line(report), WIDENING_START)
+
+
+def write_section_line(model: Path, line: str, start: str) -> None:
+    """Put `line` in the card's section in place of the one beginning with `start`, or
+    after the line on the outside programs."""
     card = model / "MODEL_CARD.md"
     if not card.is_file() or CARD_HEADING not in card.read_text():
         return
     text = card.read_text()
-    start, end = _section_span(text)
-    lines = [line for line in text[start:end].rstrip("\n").splitlines()
-             if not line.startswith(WIDENING_START)]
-    at = next((i + 1 for i, line in enumerate(lines) if line.startswith("Of them,")),
-              len(lines))
-    lines.insert(at, widening_line(report))
-    card.write_text(text[:start] + "\n".join(lines) + "\n\n" + text[end:])
+    begin, end = _section_span(text)
+    lines = text[begin:end].rstrip("\n").splitlines()
+    at = next((i for i, old in enumerate(lines) if old.startswith(start)), None)
+    if at is not None:
+        lines[at] = line
+    else:
+        at = next((i + 1 for i, old in enumerate(lines) if old.startswith("Of them,")),
+                  len(lines))
+        lines.insert(at, line)
+    card.write_text(text[:begin] + "\n".join(lines) + "\n\n" + text[end:])
 
 
 def _section_span(text: str) -> tuple[int, int]:

@@ -299,13 +299,14 @@ def install(model: Path, correction: DeviceCorrection) -> None:
 
 
 def carried_widening(correction: DeviceCorrection, model: Path) -> DeviceCorrection:
-    """`correction` with the widening of the step already beside `model`, if any: a refit
-    keeps it until `device_widening` fits it again on the outside suites."""
+    """`correction` with the widening and the fresh-process factor of the step already
+    beside `model`, if any: a refit keeps them until `device_widening` and `device_fresh`
+    fit them again."""
     path = model / CORRECTION_FILE
     if not path.is_file():
         return correction
     old = DeviceCorrection.load(path)
-    return correction.widened(old.widening, old.about.get("widening"))
+    return correction.widened(old.widening, old.about.get("widening")).with_fresh(old.fresh)
 
 
 def write_held_out(p: Pairs, correction: np.ndarray, path: Path) -> None:
