@@ -64,6 +64,15 @@ class FreshProcess:
         clipped = np.clip(np.asarray(seconds, float), self.low_s, self.high_s)
         return self.scale * clipped ** self.power
 
+    def at_labels_state(self, fresh_seconds) -> np.ndarray:
+        """The seconds at the labels' state whose fresh-process prediction is
+        `fresh_seconds` (the inverse of s -> s * factor(s))."""
+        fresh = np.asarray(fresh_seconds, float)
+        low, high = (b * self.factor(b) for b in (self.low_s, self.high_s))
+        inside = (fresh / self.scale) ** (1.0 / (1.0 + self.power))
+        return np.where(fresh <= low, fresh / self.factor(self.low_s),
+                        np.where(fresh >= high, fresh / self.factor(self.high_s), inside))
+
     def as_dict(self) -> dict:
         return {"scale": self.scale, "power": self.power, "low_s": self.low_s,
                 "high_s": self.high_s, "about": dict(self.about)}

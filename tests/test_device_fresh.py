@@ -31,6 +31,8 @@ def test_the_factor_follows_its_law_inside_the_range_it_was_fitted_on():
     got = fresh.factor([0.1, 0.5, 1.0, 10.0, 100.0])
     assert got == pytest.approx([2.0 * 0.5 ** -0.1, 2.0 * 0.5 ** -0.1, 2.0,
                                  2.0 * 10 ** -0.1, 2.0 * 10 ** -0.1])
+    warm = np.array([0.1, 0.5, 1.0, 3.0, 10.0, 100.0])
+    assert fresh.at_labels_state(warm * fresh.factor(warm)) == pytest.approx(warm)
     assert FreshProcess.from_dict(fresh.as_dict()) == fresh
     assert FreshProcess.from_dict(None) is None
 

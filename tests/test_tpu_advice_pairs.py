@@ -33,12 +33,16 @@ def test_advice_for_the_chip_against_its_compiles():
                                                  DATA / "pairs_advice.json")
     assert got["pairs"] == 39 and got["skipped"] == 2  # the 16 and 64 MB constants
     # the option ranked cheaper compiled faster in all but one pair: Flax's 4-layer
-    # gradient, whose nn.scan the advice still predicts slower than the loop
-    assert (got["correct"], got["recommended_correct"], got["split_correct"]) == (38, 34, 35)
+    # gradient, whose nn.scan the advice still predicts slower than the loop; Haiku's
+    # 8-step LSTM saves 28% predicted for a fresh process (48% measured in a long one),
+    # under the 30% advice recommends at
+    assert (got["correct"], got["recommended_correct"], got["split_correct"]) == (38, 33, 34)
     wrong = [r["pair"] for r in got["results"] if "measured" in r and not r["correct"]]
     assert wrong == ["flax encoder 4 layers grad loop vs nn.scan"]
     saving = got["saving_ratio_where_it_saves"]
-    assert saving["n"] == 33 and saving["median"] == pytest.approx(1.515, abs=0.001)
+    # predicted for a fresh process, measured in long processes: about the fresh factor
+    assert saving["n"] == 33 and saving["median"] == pytest.approx(2.930, abs=0.001)
+    assert got["saving_ratio_where_it_saves_warm"]["median"] == pytest.approx(1.515, abs=0.001)
     assert got["reference_device_s"]["median"] == pytest.approx(0.0758, abs=0.0001)
     # three passes, each compiling an option twice when its first compile took under 3 s
     compiles = [sorted(r["compiles"].values()) for r in got["results"] if "measured" in r]

@@ -83,6 +83,18 @@ def export(out: Path, max_predicted_s: float) -> dict:
     return result
 
 
+def labels_state(version: str):
+    """Fresh-process seconds of the shipped TPU model's advice brought to its labels'
+    state (as they are when `version` is another model's or predates the factor)."""
+    from costmodel.models import load_default
+
+    correction = load_default("tpu", "v5e").device_correction
+    fresh = correction.fresh if correction is not None else None
+    if fresh is None or load_default("tpu", "v5e").version != version:
+        return lambda seconds: seconds
+    return fresh.at_labels_state
+
+
 def chip_medians(paths) -> tuple[dict[str, float], dict[str, int], list[float]]:
     """Each option's median chip seconds over every compile of it in the rows, how many
     compiles, and the reference program's seconds."""
@@ -107,6 +119,7 @@ def score(paths, advice_path: Path) -> dict:
 
     advice = json.loads(advice_path.read_text())
     medians, compiles, refs = chip_medians(paths)
+    warm = labels_state(advice["model"])
     results = []
     for row in advice["pairs"]:
         keys = {form: form_key(row["pair"], form) for form in ("keep", row["strategy"])}
@@ -117,15 +130,20 @@ def score(paths, advice_path: Path) -> dict:
         predicted = {form: row["predicted"][form] for form in keys}
         saving_measured = measured["keep"] - measured[row["strategy"]]
         saving_predicted = predicted["keep"] - predicted[row["strategy"]]
+        # the chip's seconds are of long processes: the advice's saving at their state too
+        saving_warm = float(warm(predicted["keep"]) - warm(predicted[row["strategy"]]))
         results.append({**row, "measured": measured,
                         "compiles": {form: compiles[k] for form, k in keys.items()},
                         "saving_ratio": (saving_predicted / saving_measured
                                          if saving_measured else None),
+                        "saving_ratio_warm": (saving_warm / saving_measured
+                                              if saving_measured else None),
                         **verdicts(predicted, measured, row["split"], row["strategy"])})
     judged = [r for r in results if "measured" in r]
-    ratios = [r["saving_ratio"] for r in judged
-              if r["saving_ratio"] is not None and r["measured"]["keep"] > 0
-              and r["measured"][r["strategy"]] <= (1 - MIN_SAVING) * r["measured"]["keep"]]
+    saves = [r for r in judged if r["saving_ratio"] is not None and r["measured"]["keep"] > 0
+             and r["measured"][r["strategy"]] <= (1 - MIN_SAVING) * r["measured"]["keep"]]
+    ratios = [r["saving_ratio"] for r in saves]
+    warm_ratios = [r["saving_ratio_warm"] for r in saves]
     return {"model": advice["model"], "tie": TIE, **tally(judged),
             "library": tally([r for r in judged if r["library"]]),
             "skipped": sum("skipped" in r for r in results),
@@ -133,6 +151,10 @@ def score(paths, advice_path: Path) -> dict:
             "saving_ratio_where_it_saves": {
                 "n": len(ratios), "median": statistics.median(ratios) if ratios else None,
                 "min": min(ratios, default=None), "max": max(ratios, default=None)},
+            # the same with the advice's predictions brought to the labels' state
+            "saving_ratio_where_it_saves_warm": {
+                "n": len(warm_ratios),
+                "median": statistics.median(warm_ratios) if warm_ratios else None},
             "reference_device_s": ({"min": min(refs), "median": statistics.median(refs),
                                     "max": max(refs)} if refs else None),
             "results": results}
