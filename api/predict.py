@@ -17,7 +17,7 @@ from costmodel.features import Placement
 from costmodel.models import Artifact
 
 from .errors import ValidationError, json_object
-from .schemas import AdviseProgram, Program
+from .schemas import AdviseProgram, PredictProgram
 from .validation import from_text, parse, program_features
 
 bp = Blueprint("predict", __name__)
@@ -60,11 +60,12 @@ def require_finite(out: Any, where: str) -> Any:
     return out
 
 
-def _predict_one(program: Program, where: str) -> dict[str, Any]:
+def _predict_one(program: PredictProgram, where: str) -> dict[str, Any]:
     features = program_features(program, where)
     with np.errstate(all="ignore"):  # an overflow becomes inf: require_finite makes it a 422
         artifact = model_for(features.backend, features.target)
-        prediction = predict_features(features, model=artifact)
+        prediction = predict_features(features, model=artifact,
+                                      process_state=program.process_state)
     return require_finite(prediction.to_dict(), where)
 
 

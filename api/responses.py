@@ -43,6 +43,10 @@ class Prediction(BaseModel):
         "distance to the 5 nearest, standardized log counts; about 2 for a training program, "
         "above the model card's onset the compile-time interval widens); null for a model "
         "saved without its training rows")
+    process_state: Literal["fresh", "warm"] | None = Field(
+        None, description="a TPU chip's compile time is for a compile early in a fresh process "
+        "(fresh) or after about a hundred others in the process (warm, about half as long); "
+        "null where the model draws no such line (CPU, GPU)")
 
 
 class PredictResponse(BaseModel):

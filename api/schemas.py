@@ -192,6 +192,15 @@ class Program(BaseModel):
         return self
 
 
+class PredictProgram(Program):
+    """A program to predict, and for a TPU chip the process state of its compile."""
+
+    process_state: Literal["fresh", "warm"] = Field(
+        "fresh", description="TPU: predict a compile early in a fresh process (fresh, as a "
+        "training script's first jit) or after about a hundred others in the process (warm); "
+        "other backends ignore it")
+
+
 _Budget = number(0.0, MAX_BUDGET_SECONDS, exclusive=True) | None
 
 

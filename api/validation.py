@@ -27,7 +27,15 @@ from costmodel.features import (
 
 from .errors import ValidationError, json_type
 from .sample_schemas import sample_request
-from .schemas import FEATURE_VECTORS, AdviseProgram, BlameRequest, Program, RetrainRequest, one_or_batch
+from .schemas import (
+    FEATURE_VECTORS,
+    AdviseProgram,
+    BlameRequest,
+    PredictProgram,
+    Program,
+    RetrainRequest,
+    one_or_batch,
+)
 
 Loc = Sequence[str | int]
 
@@ -44,7 +52,7 @@ class RequestModels:
 @lru_cache(maxsize=16)
 def request_models(max_batch: int, max_sample_bytes: float) -> RequestModels:
     """The request models of a server with these limits (built once per pair)."""
-    types = {"PredictRequest": one_or_batch(Program, "PredictBatch", max_batch),
+    types = {"PredictRequest": one_or_batch(PredictProgram, "PredictBatch", max_batch),
              "AdviseRequest": one_or_batch(AdviseProgram, "AdviseBatch", max_batch),
              "BlameRequest": BlameRequest,
              "SampleRequest": sample_request(max_sample_bytes),

@@ -63,12 +63,17 @@ class Prediction:
     # None for a model saved without them): past a widening's onset the compile-time
     # or host-memory interval is wider.
     distance_from_training: float | None = None
+    # a TPU chip's compile: "fresh" (early in a fresh process) or "warm" (after about a
+    # hundred other compiles in the process); None where the model draws no such line
+    process_state: str | None = None
     features: Features | None = field(default=None, repr=False, compare=False)
     _artifact: Any = field(default=None, repr=False, compare=False)
 
     def __repr__(self) -> str:
         lo, hi = self.compile_seconds_interval
         where = _where(self.backend, self.target)
+        if self.process_state:
+            where += f", {self.process_state} process"
         return (f"Prediction(compile ≈ {_fmt_seconds(self.compile_seconds)} "
                 f"({_fmt_seconds(lo)}-{_fmt_seconds(hi)}), host memory ≈ "
                 f"{_fmt_bytes(self.peak_memory_bytes)}, {where})")
@@ -87,6 +92,7 @@ class Prediction:
             "model_version": self.model_version,
             "calibration_scale": self.calibration_scale,
             "distance_from_training": self.distance_from_training,
+            "process_state": self.process_state,
         }
 
     def explain(self, top: int = 5) -> list[Effect]:
@@ -185,6 +191,8 @@ def predict_features(features: Features, model=None, process_state: str = "fresh
                       backend=features.backend, target=features.target,
                       model_version=artifact.version, calibration_scale=scale,
                       distance_from_training=None if distance is None else float(distance[0]),
+                      process_state=process_state if getattr(
+                          artifact.device_correction, "fresh", None) is not None else None,
                       features=features, _artifact=artifact)
 
 

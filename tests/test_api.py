@@ -337,10 +337,10 @@ def test_one_request_sees_one_version_even_when_a_swap_lands_midway(client, app,
     real = views.predict_features
     calls = []
 
-    def swapping(features, model=None):
+    def swapping(features, model=None, process_state="fresh"):
         calls.append(model.version)
         registry.swap(("cpu", ""), other)  # lands after the first item
-        return real(features, model=model)
+        return real(features, model=model, process_state=process_state)
 
     monkeypatch.setattr(views, "predict_features", swapping)
     body = {"instances": [{"stablehlo": stablehlo(2)}, {"stablehlo": stablehlo(3)}]}

@@ -79,7 +79,7 @@ CASES = {
                         "features: unknown feature name(s): hlo_opz"),
     "unknown field": ({"stablehlo": "x", "model_path": "/tmp/evil"}, 400, BAD,
                       "unknown field(s): model_path; allowed: stablehlo, features, backend, "
-                      "target"),
+                      "target, process_state"),
     "unknown backend": ({"stablehlo": "x", "backend": "ipu"}, 400, BAD,
                         f"unknown backend 'ipu'; known backends: cpu, gpu, tpu; known backend/target "
                         f"pairs: {PAIRS}"),
@@ -132,7 +132,7 @@ CASES = {
                                                   for i in range(7)}}, 400, BAD,
                             "unknown field(s): k00000" + "x" * 55 + "..., k00001, k00002, "
                             "k00003, k00004 and 2 more; allowed: stablehlo, features, backend, "
-                            "target"),
+                            "target, process_state"),
     "many unknown features": (feature_body(**{f"f{i:06d}": 1 for i in range(1000)}), 400, BAD,
                               "features: unknown feature name(s): f000000, f000001, f000002, "
                               "f000003, f000004 and 995 more"),

@@ -104,3 +104,45 @@ def test_the_factor_fitted_on_the_stored_chip_compiles():
     assert report["held_out_fold"]["law"] == pytest.approx(1.107, abs=0.001)
     assert report["held_out_fold"]["constant"] == pytest.approx(1.128, abs=0.001)
     assert factor == load_default("tpu", "v5e").device_correction.fresh
+
+
+def test_the_http_api_and_the_cli_answer_for_either_process_state(tmp_path, monkeypatch,
+                                                                   capsys):
+    import jax
+    import jax.numpy as jnp
+    from test_api_support import config
+
+    import costmodel
+    from costmodel.api import create_app
+    from costmodel.cli import main as cli
+
+    monkeypatch.setenv("COSTMODEL_CALIBRATION", str(tmp_path / "none.json"))
+    text = jax.jit(lambda x: jnp.tanh(x @ x)).trace(jnp.ones((256, 256))).lower(
+        lowering_platforms=("tpu",)).as_text()
+    shipped = Path(load_default("tpu", "v5e").path)
+    client = create_app(config(tmp_path, None, MODEL_PATHS={("tpu", "v5e"): shipped})).test_client()
+
+    def served(**extra):
+        response = client.post("/v1/predict", json={"stablehlo": text, "backend": "tpu",
+                                                    "target": "v5e", **extra})
+        assert response.status_code == 200, response.json
+        return response.json["predictions"][0]
+
+    fresh, warm = served(), served(process_state="warm")
+    assert (fresh["process_state"], warm["process_state"]) == ("fresh", "warm")
+    library = costmodel.predict_stablehlo(text, backend="tpu", target="v5e")
+    assert fresh["compile_seconds"] == pytest.approx(library.compile_seconds)
+    factor = load_default("tpu", "v5e").device_correction.fresh.factor(warm["compile_seconds"])
+    assert fresh["compile_seconds"] == pytest.approx(warm["compile_seconds"] * factor)
+    bad = client.post("/v1/predict", json={"stablehlo": text, "backend": "tpu",
+                                           "process_state": "hot"})
+    assert bad.status_code == 400 and "process_state" in json.dumps(bad.json)
+    # the CLI says which state it answered for, and asks for the other
+    module = tmp_path / "prog.py"
+    module.write_text("import jax.numpy as jnp\n\ndef f(x):\n    return jnp.tanh(x @ x)\n")
+    for state in ("fresh", "warm"):
+        capsys.readouterr()
+        assert cli(["predict", f"{module}:f", "--arg", "f32[256,256]", "--target", "v5e",
+                    "--process-state", state, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["process_state"] == state
+    assert costmodel.predict_stablehlo(text).process_state is None  # a CPU prediction

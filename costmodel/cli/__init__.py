@@ -82,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "shipped model)")
         if name == "predict":
             p.add_argument("--explain", action="store_true", help="features driving it")
+            p.add_argument("--process-state", choices=("fresh", "warm"), default="fresh",
+                           help="TPU: a compile early in a fresh process (default), or after "
+                                "about a hundred others in the process (warm)")
         elif name == "advise":
             p.add_argument("--budget", type=seconds, default=10.0, help="budget in seconds")
         else:

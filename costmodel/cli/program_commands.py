@@ -28,7 +28,8 @@ def staged(args):
 
 def cmd_predict(args) -> int:
     backend, target = model_placement(args)
-    pred = staged(args).predict(backend=backend, target=target, model=args.model)
+    pred = staged(args).predict(backend=backend, target=target, model=args.model,
+                                process_state=args.process_state)
     text, data = repr(pred), pred.to_dict()
     if args.explain:
         found = pred.explain()
