@@ -146,3 +146,5 @@ def test_the_http_api_and_the_cli_answer_for_either_process_state(tmp_path, monk
                     "--process-state", state, "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["process_state"] == state
     assert costmodel.predict_stablehlo(text).process_state is None  # a CPU prediction
+    with pytest.raises(ValueError, match="process_state must be one of fresh, warm, not 'hot'"):
+        costmodel.lower(jnp.tanh, jnp.ones(3)).predict(process_state="hot")
