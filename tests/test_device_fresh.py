@@ -23,7 +23,7 @@ def _label_calls() -> list[str]:
     sys.path.insert(0, str(ROOT / "bench/evaluations"))
     import tpu_fresh_process
 
-    return [str(ROOT / p) for p in tpu_fresh_process.LABEL_CALLS]
+    return list(tpu_fresh_process.LABEL_CALLS)
 
 
 def test_the_factor_follows_its_law_inside_the_range_it_was_fitted_on():
@@ -148,3 +148,21 @@ def test_the_http_api_and_the_cli_answer_for_either_process_state(tmp_path, monk
     assert costmodel.predict_stablehlo(text).process_state is None  # a CPU prediction
     with pytest.raises(ValueError, match="process_state must be one of fresh, warm, not 'hot'"):
         costmodel.lower(jnp.tanh, jnp.ones(3)).predict(process_state="hot")
+
+
+def test_the_strangers_in_fresh_processes_against_both_states():
+    """`bench/evaluations/tpu_fresh_process.py` on the stored rows: the shipped prediction
+    for a fresh process against the 34 outside programs compiled each in its own."""
+    sys.path.insert(0, str(ROOT / "bench/evaluations"))
+    import tpu_fresh_process
+
+    got = tpu_fresh_process.analyse(sorted(DATA.glob("fresh*.jsonl")),
+                                    ROOT / "bench/data/tpu_outside/features_de.parquet")
+    assert (got["programs"], got["labelled"]) == (46, 46)
+    assert got["row_over_label"]["median"] == pytest.approx(1.784, abs=0.001)
+    fresh, warm = got["as_shipped_against_fresh"], got["at_the_labels_state_against_fresh"]
+    assert fresh["n"] == warm["n"] == 34
+    assert (fresh["median_fold"], fresh["p90_fold"]) == pytest.approx((1.271, 2.049), abs=0.001)
+    assert fresh["bias"] == pytest.approx(0.922, abs=0.001) and fresh["covered"] > 0.97
+    assert (warm["median_fold"], warm["bias"]) == pytest.approx((1.621, 1.666), abs=0.001)
+    assert got["host_rss_over_50MB"]["median_fold"] == pytest.approx(1.355, abs=0.001)

@@ -13,7 +13,6 @@ prediction from the program's stored model inputs.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import math
 import statistics
@@ -25,11 +24,13 @@ from tpu_device import folds  # noqa: E402
 
 from costmodel.training.fitting.device_fresh import fresh_rows  # noqa: E402
 
+DATA = Path(__file__).resolve().parents[1] / "data"
 # every stored chip call in long processes: what the labels are fitted on
-LABEL_CALLS = (sorted(p for p in glob.glob("bench/data/tpu_device/*.jsonl") if "rss1" not in p)
-               + ["bench/data/tpu_outside/normalized.jsonl"]
-               + sorted(glob.glob("bench/data/tpu_outside/outside_c[0-9].jsonl"))
-               + sorted(glob.glob("bench/data/tpu_outside/outside_de[0-9].jsonl")))
+LABEL_CALLS = tuple(str(p) for p in (
+    sorted(p for p in DATA.glob("tpu_device/*.jsonl") if "rss1" not in p.name)
+    + [DATA / "tpu_outside/normalized.jsonl"]
+    + sorted(DATA.glob("tpu_outside/outside_c[0-9].jsonl"))
+    + sorted(DATA.glob("tpu_outside/outside_de[0-9].jsonl"))))
 
 
 def labels(calls=LABEL_CALLS):
