@@ -153,11 +153,9 @@ def predict_features(features: Features, model=None, process_state: str = "fresh
     """
     from costmodel.models import load_default
     from costmodel.models.calibration import UNCALIBRATED, load_calibration, widen_interval
-    from costmodel.models.device_correction import PROCESS_STATES
+    from costmodel.models.device_correction import check_process_state
 
-    if process_state not in PROCESS_STATES:
-        raise ValueError(f"process_state must be one of {', '.join(PROCESS_STATES)}, "
-                         f"not {process_state!r}")
+    check_process_state(process_state)  # a CPU model never reads it, but it must be one
     artifact = load_model(model) or load_default(features.backend, features.target)
     # a TPU topology (`v5e:4x4`) is served by its chip's model, which reads the chip count
     served = Placement(features.backend, features.target).model

@@ -48,6 +48,13 @@ FRESH, WARM = "fresh", "warm"
 PROCESS_STATES = (FRESH, WARM)
 
 
+def check_process_state(state: str) -> None:
+    """Raise ValueError unless `state` is one of `PROCESS_STATES`."""
+    if state not in PROCESS_STATES:
+        raise ValueError(f"process_state must be one of {', '.join(PROCESS_STATES)}, "
+                         f"not {state!r}")
+
+
 @dataclass(frozen=True)
 class FreshProcess:
     """A fresh process's compile over the labels' state, for a program of `seconds` at the
@@ -185,9 +192,7 @@ class DeviceCorrection:
         """(point, lo, hi) on the chip's host for base predictions `seconds`, in a process of
         `process_state` (`FRESH`, or `WARM`: the labels' state); `distance`: each program's
         from the training rows, which a widening that grows with it needs."""
-        if process_state not in PROCESS_STATES:
-            raise ValueError(f"process_state must be one of {', '.join(PROCESS_STATES)}, "
-                             f"not {process_state!r}")
+        check_process_state(process_state)
         point = np.asarray(seconds, float) * np.exp(self.log_factor(inputs, seconds))
         if self.widening.uses_distance and distance is None:
             raise ValueError("this device correction's interval widens with the distance "

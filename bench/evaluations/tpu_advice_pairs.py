@@ -88,9 +88,9 @@ def labels_state(version: str):
     state (as they are when `version` is another model's or predates the factor)."""
     from costmodel.models import load_default
 
-    correction = load_default("tpu", "v5e").device_correction
-    fresh = correction.fresh if correction is not None else None
-    if fresh is None or load_default("tpu", "v5e").version != version:
+    model = load_default("tpu", "v5e")
+    fresh = getattr(model.device_correction, "fresh", None)
+    if fresh is None or model.version != version:
         return lambda seconds: seconds
     return fresh.at_labels_state
 
